@@ -1,0 +1,3 @@
+//! Workspace automation.
+
+fn main() {}
