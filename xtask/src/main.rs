@@ -1,3 +1,245 @@
-//! Workspace automation.
+//! Workspace automation behind `cargo xtask` (the alias lives in `.cargo/config.toml`).
+//!
+//! - `cargo xtask ci`: what CI runs — `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
+//! - `cargo xtask bench`: every criterion bench in the workspace, summarized with ratios into `docs/benchmarks.md`.
+//! - `cargo xtask fuzz jsonl --seconds N`: the `cargo fuzz` target of agentwire-jsonl for N seconds.
+//! - `cargo xtask conformance`: `awp-host check` against the bundled and fixture agents, or any agent CLI.
+//!
+//! xtask runs build tools (cargo, git), never agents, so it is the one place besides `agentwire-process` that may
+//! build a `std::process::Command` directly.
+#![allow(clippy::disallowed_methods)]
 
-fn main() {}
+mod bench_report;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cargo xtask",
+    about = "agentwire workspace automation",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Format check, clippy with -D warnings, and the whole test suite: exactly what CI runs.
+    Ci,
+    /// Run every benchmark (release build) and write the summary with ratios to docs/benchmarks.md.
+    Bench {
+        /// Shorter warm-up and measurement (noisier numbers, about a third of the time).
+        #[arg(long)]
+        quick: bool,
+        /// Only summarize the results already in target/criterion and target/bench-results.
+        #[arg(long)]
+        report_only: bool,
+    },
+    /// Run a cargo-fuzz target for a bounded time (needs `cargo install cargo-fuzz`).
+    Fuzz {
+        /// The fuzz target (see fuzz/Cargo.toml).
+        #[arg(value_parser = ["jsonl"])]
+        target: String,
+        /// How long to fuzz, in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Check agent CLIs against the protocols with `awp-host check`.
+    ///
+    /// With no command, checks the bundled `awp-agent` (awp-jsonl), the fixture agent in stream-json mode and the
+    /// ACP echo fixture. With `-- CMD ARGS...`, checks that agent CLI with the given protocol.
+    Conformance {
+        /// Protocol of the agent given after `--`.
+        #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json", "acp"])]
+        protocol: String,
+        /// The agent command line (absolute executable path first).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    match cli.task {
+        Task::Ci => ci(&root),
+        Task::Bench { quick, report_only } => bench(&root, quick, report_only),
+        Task::Fuzz { target, seconds } => fuzz(&root, &target, seconds),
+        Task::Conformance { protocol, command } => conformance(&root, &protocol, &command),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    // CARGO_MANIFEST_DIR is <root>/xtask at build time.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs `cmd` in `root`, echoing it first; fails with the command line when it exits non-zero.
+fn run(root: &Path, mut cmd: Command) -> Result<()> {
+    cmd.current_dir(root);
+    let shown = format!("{cmd:?}").replace('"', "");
+    eprintln!("\n$ {shown}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {shown}"))?;
+    if !status.success() {
+        bail!("`{shown}` failed ({status})");
+    }
+    Ok(())
+}
+
+fn ci(root: &Path) -> Result<()> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    run(root, fmt)?;
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(root, clippy)?;
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    run(root, test)?;
+    eprintln!("\nxtask ci: fmt, clippy and tests passed");
+    Ok(())
+}
+
+fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
+    let target = root.join("target");
+    let criterion_dir = target.join("criterion");
+    let fragments_dir = target.join("bench-results");
+    let mut command_line = String::from("cargo xtask bench");
+    if quick {
+        command_line.push_str(" --quick");
+    }
+    if !report_only {
+        // Stale results from earlier runs must not be reported as this run's.
+        for dir in [&criterion_dir, &fragments_dir] {
+            if dir.exists() {
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("removing {}", dir.display()))?;
+            }
+        }
+        std::fs::create_dir_all(&fragments_dir)?;
+        let mut cmd = cargo();
+        cmd.args(["bench", "--workspace", "--"]);
+        if quick {
+            cmd.args(["--warm-up-time", "0.5", "--measurement-time", "1"]);
+        }
+        cmd.env("AGENTWIRE_BENCH_OUT", &fragments_dir);
+        if quick {
+            cmd.env("AGENTWIRE_BENCH_QUICK", "1");
+        }
+        run(root, cmd)?;
+    }
+    let machine = machine_description();
+    let report = bench_report::render(&criterion_dir, &fragments_dir, &command_line, &machine)?;
+    let out = root.join("docs").join("benchmarks.md");
+    std::fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+fn machine_description() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let rustc = Command::new("rustc")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| "rustc (unknown version)".to_string());
+    format!(
+        "{cpus} CPUs ({model}), {rustc}, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn fuzz(root: &Path, target: &str, seconds: u64) -> Result<()> {
+    let probe = cargo().args(["fuzz", "--version"]).output();
+    if !matches!(probe, Ok(ref o) if o.status.success()) {
+        bail!("cargo-fuzz is not installed: run `cargo install cargo-fuzz` first");
+    }
+    let mut cmd = cargo();
+    cmd.args([
+        "fuzz",
+        "run",
+        "--fuzz-dir",
+        "fuzz",
+        "--sanitizer",
+        "none",
+        target,
+        "--",
+    ])
+    .arg(format!("-max_total_time={seconds}"))
+    // cargo-fuzz passes -Z flags; the stable toolchain accepts them with RUSTC_BOOTSTRAP.
+    .env("RUSTC_BOOTSTRAP", "1");
+    run(root, cmd)
+}
+
+fn conformance(root: &Path, protocol: &str, command: &[String]) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "--bins", "--workspace"]);
+    run(root, build)?;
+    let bin_dir = root.join("target").join("release");
+    let host = bin_dir.join("awp-host");
+    let checks: Vec<(String, Vec<String>)> = if command.is_empty() {
+        let bin = |name: &str| bin_dir.join(name).display().to_string();
+        vec![
+            ("awp-jsonl".into(), vec![bin("awp-agent")]),
+            (
+                "stream-json".into(),
+                vec![bin("awp-fixture"), "--mode".into(), "stream-json".into()],
+            ),
+            (
+                "acp".into(),
+                vec![bin("acp-fixture"), "--mode".into(), "echo".into()],
+            ),
+        ]
+    } else {
+        vec![(protocol.to_string(), command.to_vec())]
+    };
+    let mut failed = Vec::new();
+    for (protocol, argv) in &checks {
+        let mut cmd = Command::new(&host);
+        cmd.args(["check", "--protocol", protocol, "--"]).args(argv);
+        if let Err(err) = run(root, cmd) {
+            eprintln!("{err:#}");
+            failed.push(format!("{protocol}: {}", argv.join(" ")));
+        }
+    }
+    if !failed.is_empty() {
+        bail!("conformance failed for: {}", failed.join("; "));
+    }
+    Ok(())
+}
