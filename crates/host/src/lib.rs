@@ -1,1 +1,14 @@
-//! Not built yet.
+//! agentwire-host: the domain of the headless AWP host — agents registry and configuration, conversation threads,
+//! runs, the SQLite store and the turn runner that ties an agent session, the store and event rendering together.
+//!
+//! It is not a CLI: argument parsing, rendering and exit codes live in the `awp-host` binary. It is not a protocol
+//! crate either: the AWP wire contract lives in `agentwire-awp`. IO lives in [`store`] (SQLite files), [`paths`]
+//! (directory creation), [`attachments`] (reading attachment files), [`agents`] (reading `agents.toml`) and
+//! [`turn`] (the agent child process, through `agentwire-awp`'s session shell).
+
+pub mod ids;
+pub mod paths;
+pub mod store;
+
+pub use ids::{IdError, RunId, ThreadId};
+pub use store::{RunStatus, Store, StoreError};

@@ -1,0 +1,1328 @@
+//! The host's SQLite store: threads, messages, runs and native session ids (invariant 10, "Nothing is lost").
+//!
+//! Every write is one transaction, so a crash never leaves a half-written row. A running turn holds an exclusive
+//! file lock (`<data dir>/runs/<run id>.lock`); [`Store::open`] marks every `running` run whose lock is free as
+//! `interrupted`, so a host killed mid-turn leaves a recoverable run and a concurrent host's live turn is left alone.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::ids::{IdError, RunId, ThreadId};
+
+/// Schema version written to `PRAGMA user_version` by [`migrate`].
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// File name of the database inside the data directory.
+pub const DATABASE_FILE: &str = "awp-host.sqlite3";
+
+/// Tuning of the store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// How long a write waits for another connection's lock before failing with [`StoreError::Database`].
+    /// Default 5 s.
+    pub busy_timeout: Duration,
+    /// Maximum thread title length in characters; the first prompt line is cut there (with `…`). Default 80.
+    pub max_title_chars: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            max_title_chars: 80,
+        }
+    }
+}
+
+/// A database failure (opaque; the message names the operation).
+#[derive(Debug)]
+pub struct DatabaseError(rusqlite::Error);
+
+impl std::fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DatabaseError {}
+
+/// Failures of the store.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Preparing the data directory or a run lock file failed.
+    #[error("store file error at {path}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The IO failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// SQLite reported an error.
+    #[error("database error while {operation}")]
+    Database {
+        /// What the store was doing.
+        operation: &'static str,
+        /// The SQLite error.
+        #[source]
+        source: DatabaseError,
+    },
+    /// The database was written by a newer awp-host.
+    #[error("store schema version {found} is newer than this awp-host supports ({supported})")]
+    SchemaTooNew {
+        /// `PRAGMA user_version` found.
+        found: u32,
+        /// [`SCHEMA_VERSION`].
+        supported: u32,
+    },
+    /// No thread has this id.
+    #[error("thread {0} not found")]
+    ThreadNotFound(ThreadId),
+    /// A stored row holds a value this version cannot read.
+    #[error("corrupt store row: {0}")]
+    Corrupt(String),
+    /// An id could not be generated.
+    #[error(transparent)]
+    Id(#[from] IdError),
+}
+
+impl StoreError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Io { .. } => "store_io",
+            StoreError::Database { .. } => "store_database",
+            StoreError::SchemaTooNew { .. } => "store_schema_too_new",
+            StoreError::ThreadNotFound(_) => "thread_not_found",
+            StoreError::Corrupt(_) => "store_corrupt",
+            StoreError::Id(e) => e.code(),
+        }
+    }
+}
+
+fn db(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |e| StoreError::Database {
+        operation,
+        source: DatabaseError(e),
+    }
+}
+
+/// Lifecycle of a run (one turn).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// The turn is in progress (or its host died; see [`RunStatus::Interrupted`]).
+    Running,
+    /// The agent completed the turn successfully.
+    Succeeded,
+    /// The turn failed (agent error result, exit mid-turn, protocol violation, spawn failure).
+    Failed,
+    /// The user cancelled the turn.
+    Cancelled,
+    /// The host stopped mid-turn; found by the next [`Store::open`].
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The stored and serialized name: `running | succeeded | failed | cancelled | interrupted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        Ok(match s {
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            "cancelled" => RunStatus::Cancelled,
+            "interrupted" => RunStatus::Interrupted,
+            other => return Err(StoreError::Corrupt(format!("unknown run status {other:?}"))),
+        })
+    }
+}
+
+/// Who wrote a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The prompt.
+    User,
+    /// Assistant text.
+    Assistant,
+    /// A one-line tool use / tool result summary.
+    Tool,
+}
+
+impl Role {
+    /// The stored name: `user | assistant | tool`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        Ok(match s {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "unknown message role {other:?}"
+                )));
+            }
+        })
+    }
+}
+
+/// Token usage of a run, as reported by the agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunUsage {
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cache-read input tokens, when reported.
+    pub cache_read_input_tokens: Option<u64>,
+    /// Cache-creation input tokens, when reported.
+    pub cache_creation_input_tokens: Option<u64>,
+}
+
+/// A stored thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadRecord {
+    /// Id.
+    pub id: ThreadId,
+    /// Name of the agent the thread talks to.
+    pub agent: String,
+    /// First prompt line, bounded by [`StoreConfig::max_title_chars`].
+    pub title: String,
+    /// The agent's current native session id (the `--resume` value of the next turn).
+    pub session_id: Option<String>,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// Last change, milliseconds since the Unix epoch.
+    pub updated_at_ms: i64,
+    /// Number of runs.
+    pub run_count: u64,
+}
+
+/// A stored message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MessageRecord {
+    /// Row id (ordering key).
+    pub id: i64,
+    /// The run that produced it.
+    pub run_id: RunId,
+    /// Author.
+    pub role: Role,
+    /// Text (for [`Role::Tool`] a bounded one-line summary).
+    pub content: String,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+}
+
+/// A stored run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRecord {
+    /// Id.
+    pub id: RunId,
+    /// Thread.
+    pub thread_id: ThreadId,
+    /// Agent name.
+    pub agent: String,
+    /// Model requested, if any.
+    pub model: Option<String>,
+    /// Status.
+    pub status: RunStatus,
+    /// Start, milliseconds since the Unix epoch.
+    pub started_at_ms: i64,
+    /// End, milliseconds since the Unix epoch (None while running).
+    pub ended_at_ms: Option<i64>,
+    /// Session id passed as `--resume`, if any.
+    pub resumed_session_id: Option<String>,
+    /// Session id the agent reported during this run.
+    pub session_id: Option<String>,
+    /// Usage.
+    pub usage: Option<RunUsage>,
+    /// Stable failure code (`agent_exited_mid_turn`, `cancelled`, …).
+    pub error_code: Option<String>,
+    /// Agent-reported cost in USD, if any.
+    pub total_cost_usd: Option<f64>,
+}
+
+/// One entry of a thread's session id history.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionRecord {
+    /// The native session id.
+    pub session_id: String,
+    /// The run that first reported it.
+    pub run_id: RunId,
+    /// When it was first reported, milliseconds since the Unix epoch.
+    pub first_seen_at_ms: i64,
+}
+
+/// A thread with everything stored for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadDetail {
+    /// The thread.
+    pub thread: ThreadRecord,
+    /// Messages, oldest first.
+    pub messages: Vec<MessageRecord>,
+    /// Runs, oldest first.
+    pub runs: Vec<RunRecord>,
+    /// Every session id ever reported, oldest first (the last one is the current one).
+    pub sessions: Vec<SessionRecord>,
+}
+
+/// Which thread a new run belongs to.
+#[derive(Clone, Debug)]
+pub enum ThreadChoice {
+    /// Create a thread for this agent.
+    New {
+        /// Agent name.
+        agent: String,
+    },
+    /// Continue an existing thread.
+    Existing(ThreadId),
+}
+
+/// What [`Store::begin_run`] records.
+#[derive(Clone, Debug)]
+pub struct NewRun<'a> {
+    /// Thread to use or create.
+    pub thread: ThreadChoice,
+    /// Agent name recorded on the run.
+    pub agent: &'a str,
+    /// Model requested, if any.
+    pub model: Option<&'a str>,
+    /// The user message text (stored verbatim, also the title source of a new thread).
+    pub prompt: &'a str,
+    /// The session id the agent is resumed with, if any.
+    pub resumed_session_id: Option<&'a str>,
+}
+
+/// A run in progress: holds the run's lock file until dropped or [`Store::finish_run`].
+#[derive(Debug)]
+pub struct RunGuard {
+    /// Thread id.
+    pub thread_id: ThreadId,
+    /// Run id.
+    pub run_id: RunId,
+    lock: Option<(File, PathBuf)>,
+}
+
+impl RunGuard {
+    fn release(&mut self) {
+        if let Some((file, path)) = self.lock.take() {
+            // Remove before unlocking so that a concurrent opener never finds a free lock of a live run.
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove run lock file");
+            }
+            drop(file);
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug)]
+pub struct RunEnd {
+    /// Final status (not [`RunStatus::Running`]).
+    pub status: RunStatus,
+    /// Usage, if reported.
+    pub usage: Option<RunUsage>,
+    /// Stable failure code, if any.
+    pub error_code: Option<String>,
+    /// Cost, if reported.
+    pub total_cost_usd: Option<f64>,
+}
+
+/// What [`Store::record_session_id`] changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionChange {
+    /// The thread's session id before (None for a first turn).
+    pub previous: Option<String>,
+    /// Whether the id differs from the previous one.
+    pub changed: bool,
+}
+
+/// The SQLite store of one data directory.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    locks_dir: PathBuf,
+    config: StoreConfig,
+    recovered: Vec<RunId>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Brings the schema of `conn` to [`SCHEMA_VERSION`], one transaction per step.
+///
+/// # Errors
+/// [`StoreError::SchemaTooNew`] for a database from a newer version; [`StoreError::Database`] otherwise.
+pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db("reading the schema version"))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if version < 1 {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db("migrating"))?;
+        tx.execute_batch(
+            "CREATE TABLE threads (
+                id TEXT PRIMARY KEY NOT NULL,
+                agent TEXT NOT NULL,
+                title TEXT NOT NULL,
+                session_id TEXT,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL
+            ) STRICT;
+            CREATE TABLE runs (
+                id TEXT PRIMARY KEY NOT NULL,
+                thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+                agent TEXT NOT NULL,
+                model TEXT,
+                status TEXT NOT NULL
+                    CHECK (status IN ('running','succeeded','failed','cancelled','interrupted')),
+                started_at_ms INTEGER NOT NULL,
+                ended_at_ms INTEGER,
+                resumed_session_id TEXT,
+                session_id TEXT,
+                input_tokens INTEGER,
+                output_tokens INTEGER,
+                cache_read_input_tokens INTEGER,
+                cache_creation_input_tokens INTEGER,
+                total_cost_usd REAL,
+                error_code TEXT
+            ) STRICT;
+            CREATE INDEX runs_thread ON runs(thread_id, started_at_ms);
+            CREATE INDEX runs_status ON runs(status);
+            CREATE TABLE messages (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+                run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+                role TEXT NOT NULL CHECK (role IN ('user','assistant','tool')),
+                content TEXT NOT NULL,
+                created_at_ms INTEGER NOT NULL
+            ) STRICT;
+            CREATE INDEX messages_thread ON messages(thread_id, id);
+            CREATE TABLE sessions (
+                thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE,
+                session_id TEXT NOT NULL,
+                run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+                first_seen_at_ms INTEGER NOT NULL,
+                seq INTEGER NOT NULL,
+                PRIMARY KEY (thread_id, session_id)
+            ) STRICT;
+            PRAGMA user_version = 1;",
+        )
+        .map_err(db("migrating to schema 1"))?;
+        tx.commit().map_err(db("migrating to schema 1"))?;
+    }
+    Ok(())
+}
+
+/// Cuts the first non-empty line of `prompt` to `max_chars` characters (appending `…` when cut).
+pub fn title_from_prompt(prompt: &str, max_chars: usize) -> String {
+    let line = prompt
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    bounded_line(line, max_chars)
+}
+
+/// `text` with control characters replaced by spaces, cut to at most `max_chars` characters (the last one `…`
+/// when cut).
+pub fn bounded_line(text: &str, max_chars: usize) -> String {
+    let clean = |c: char| if c.is_control() { ' ' } else { c };
+    if text.chars().count() <= max_chars {
+        return text.chars().map(clean).collect();
+    }
+    let mut out: String = text
+        .chars()
+        .take(max_chars.saturating_sub(1))
+        .map(clean)
+        .collect();
+    if max_chars > 0 {
+        out.push('…');
+    }
+    out
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `data_dir` with default configuration.
+    ///
+    /// # Errors
+    /// See [`Store::open_with`].
+    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with(data_dir, StoreConfig::default())
+    }
+
+    /// Opens (creating if needed) the store in `data_dir`: directory 0700, WAL, `foreign_keys=ON`,
+    /// `synchronous=FULL`, busy timeout, migrations, then marks orphaned `running` runs `interrupted`
+    /// (see [`Store::recovered_runs`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the directory cannot be prepared, [`StoreError::SchemaTooNew`],
+    /// [`StoreError::Database`].
+    pub fn open_with(data_dir: &Path, config: StoreConfig) -> Result<Store, StoreError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Io { path, source }
+        };
+        crate::paths::create_private_dir(data_dir).map_err(|e| match e {
+            crate::paths::PathError::Prepare { path, source } => StoreError::Io { path, source },
+            other => StoreError::Io {
+                path: data_dir.to_path_buf(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+        let locks_dir = data_dir.join("runs");
+        crate::paths::create_private_dir(&locks_dir)
+            .map_err(|e| io(&locks_dir)(std::io::Error::other(e.to_string())))?;
+        let path = data_dir.join(DATABASE_FILE);
+        let mut conn = Connection::open(&path).map_err(db("opening the database"))?;
+        conn.busy_timeout(config.busy_timeout)
+            .map_err(db("setting the busy timeout"))?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(db("enabling WAL"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Corrupt(format!(
+                "journal mode {mode} instead of wal"
+            )));
+        }
+        conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=FULL;")
+            .map_err(db("setting pragmas"))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(io(&path))?;
+        }
+        migrate(&mut conn)?;
+        let mut store = Store {
+            conn,
+            locks_dir,
+            config,
+            recovered: Vec::new(),
+        };
+        store.recover_interrupted()?;
+        Ok(store)
+    }
+
+    /// Runs this open found `running` with no live owner and marked `interrupted`.
+    pub fn recovered_runs(&self) -> &[RunId] {
+        &self.recovered
+    }
+
+    fn lock_path(&self, run: &RunId) -> PathBuf {
+        self.locks_dir.join(format!("{run}.lock"))
+    }
+
+    fn recover_interrupted(&mut self) -> Result<(), StoreError> {
+        let running: Vec<String> = {
+            let mut stmt = self
+                .conn
+                .prepare("SELECT id FROM runs WHERE status = 'running'")
+                .map_err(db("finding running runs"))?;
+            let rows = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(db("finding running runs"))?;
+            rows.collect::<Result<_, _>>()
+                .map_err(db("finding running runs"))?
+        };
+        for id in running {
+            let Ok(run) = RunId::parse(&id) else { continue };
+            let path = self.lock_path(&run);
+            let orphaned = match File::options().read(true).write(true).open(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(e) => return Err(StoreError::Io { path, source: e }),
+                Ok(file) => match file.try_lock() {
+                    Ok(()) => {
+                        if let Err(e) = std::fs::remove_file(&path) {
+                            tracing::warn!(path = %path.display(), error = %e, "could not remove stale run lock");
+                        }
+                        true
+                    }
+                    Err(std::fs::TryLockError::WouldBlock) => false,
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        return Err(StoreError::Io { path, source: e });
+                    }
+                },
+            };
+            if orphaned {
+                let tx = self.write_tx("recovering interrupted runs")?;
+                let n = tx
+                    .execute(
+                        "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'
+                         WHERE id=?1 AND status='running'",
+                        params![run.as_str(), now_ms()],
+                    )
+                    .map_err(db("recovering interrupted runs"))?;
+                tx.commit().map_err(db("recovering interrupted runs"))?;
+                if n > 0 {
+                    self.recovered.push(run);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_tx(&mut self, op: &'static str) -> Result<rusqlite::Transaction<'_>, StoreError> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(op))
+    }
+
+    /// Records the start of a turn in one transaction: the thread (created for [`ThreadChoice::New`]), a
+    /// `running` run and the user message. When this returns, the user message is durable. The returned guard
+    /// holds the run's lock file; keep it until [`Store::finish_run`].
+    ///
+    /// # Errors
+    /// [`StoreError::ThreadNotFound`], [`StoreError::Io`] (lock file), [`StoreError::Database`].
+    pub fn begin_run(&mut self, run: NewRun<'_>) -> Result<RunGuard, StoreError> {
+        let run_id = RunId::random()?;
+        let lock_path = self.lock_path(&run_id);
+        let file = File::options()
+            .write(true)
+            .create_new(true)
+            .open(&lock_path)
+            .map_err(|source| StoreError::Io {
+                path: lock_path.clone(),
+                source,
+            })?;
+        let mut guard = RunGuard {
+            thread_id: ThreadId::random()?,
+            run_id: run_id.clone(),
+            lock: Some((file, lock_path.clone())),
+        };
+        if let Some((file, _)) = &guard.lock {
+            file.lock().map_err(|source| StoreError::Io {
+                path: lock_path.clone(),
+                source,
+            })?;
+        }
+        let now = now_ms();
+        let max_title = self.config.max_title_chars;
+        let tx = self.write_tx("beginning a run")?;
+        let thread_id = match run.thread {
+            ThreadChoice::New { agent } => {
+                let id = guard.thread_id.clone();
+                tx.execute(
+                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
+                    params![id.as_str(), agent, title_from_prompt(run.prompt, max_title), now],
+                )
+                .map_err(db("creating a thread"))?;
+                id
+            }
+            ThreadChoice::Existing(id) => {
+                let n = tx
+                    .execute(
+                        "UPDATE threads SET updated_at_ms=?2 WHERE id=?1",
+                        params![id.as_str(), now],
+                    )
+                    .map_err(db("updating a thread"))?;
+                if n == 0 {
+                    return Err(StoreError::ThreadNotFound(id));
+                }
+                id
+            }
+        };
+        tx.execute(
+            "INSERT INTO runs (id, thread_id, agent, model, status, started_at_ms, resumed_session_id)
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+            params![run_id.as_str(), thread_id.as_str(), run.agent, run.model, now, run.resumed_session_id],
+        )
+        .map_err(db("recording a run"))?;
+        tx.execute(
+            "INSERT INTO messages (thread_id, run_id, role, content, created_at_ms) VALUES (?1, ?2, 'user', ?3, ?4)",
+            params![thread_id.as_str(), run_id.as_str(), run.prompt, now],
+        )
+        .map_err(db("recording the user message"))?;
+        tx.commit().map_err(db("beginning a run"))?;
+        guard.thread_id = thread_id;
+        Ok(guard)
+    }
+
+    /// Stores the native session id the agent reported during `run` (one transaction): it becomes the thread's
+    /// current id, and is added to the history unless already there.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    pub fn record_session_id(
+        &mut self,
+        run: &RunGuard,
+        session_id: &str,
+    ) -> Result<SessionChange, StoreError> {
+        let now = now_ms();
+        let tx = self.write_tx("recording the session id")?;
+        let previous: Option<String> = tx
+            .query_row(
+                "SELECT session_id FROM threads WHERE id=?1",
+                params![run.thread_id.as_str()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db("recording the session id"))?
+            .flatten();
+        tx.execute(
+            "UPDATE threads SET session_id=?2, updated_at_ms=?3 WHERE id=?1",
+            params![run.thread_id.as_str(), session_id, now],
+        )
+        .map_err(db("recording the session id"))?;
+        tx.execute(
+            "UPDATE runs SET session_id=?2 WHERE id=?1",
+            params![run.run_id.as_str(), session_id],
+        )
+        .map_err(db("recording the session id"))?;
+        tx.execute(
+            "INSERT OR IGNORE INTO sessions (thread_id, session_id, run_id, first_seen_at_ms, seq)
+             VALUES (?1, ?2, ?3, ?4, (SELECT COALESCE(MAX(seq), 0) + 1 FROM sessions WHERE thread_id=?1))",
+            params![run.thread_id.as_str(), session_id, run.run_id.as_str(), now],
+        )
+        .map_err(db("recording the session id"))?;
+        tx.commit().map_err(db("recording the session id"))?;
+        let changed = previous.as_deref() != Some(session_id);
+        Ok(SessionChange { previous, changed })
+    }
+
+    /// Appends assistant text to the run's message `message` (or starts a new assistant message when `None`),
+    /// in one transaction. Returns the message id to pass on the next append.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    pub fn append_assistant_text(
+        &mut self,
+        run: &RunGuard,
+        message: Option<i64>,
+        text: &str,
+    ) -> Result<i64, StoreError> {
+        self.append_message(run, Role::Assistant, message, text)
+    }
+
+    /// Adds a tool summary line for `run` (one transaction).
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    pub fn add_tool_summary(&mut self, run: &RunGuard, summary: &str) -> Result<i64, StoreError> {
+        self.append_message(run, Role::Tool, None, summary)
+    }
+
+    fn append_message(
+        &mut self,
+        run: &RunGuard,
+        role: Role,
+        message: Option<i64>,
+        text: &str,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let tx = self.write_tx("storing a message")?;
+        let id = match message {
+            Some(id) => {
+                tx.execute(
+                    "UPDATE messages SET content = content || ?2 WHERE id=?1 AND run_id=?3",
+                    params![id, text, run.run_id.as_str()],
+                )
+                .map_err(db("appending to a message"))?;
+                id
+            }
+            None => {
+                tx.execute(
+                    "INSERT INTO messages (thread_id, run_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![run.thread_id.as_str(), run.run_id.as_str(), role.as_str(), text, now],
+                )
+                .map_err(db("storing a message"))?;
+                tx.last_insert_rowid()
+            }
+        };
+        tx.execute(
+            "UPDATE threads SET updated_at_ms=?2 WHERE id=?1",
+            params![run.thread_id.as_str(), now],
+        )
+        .map_err(db("storing a message"))?;
+        tx.commit().map_err(db("storing a message"))?;
+        Ok(id)
+    }
+
+    /// Records how `run` ended (one transaction) and releases its lock file.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`]; the lock is released in every case.
+    pub fn finish_run(&mut self, mut run: RunGuard, end: &RunEnd) -> Result<(), StoreError> {
+        let now = now_ms();
+        let usage = end.usage.clone();
+        let result = (|| {
+            let tx = self.write_tx("finishing a run")?;
+            tx.execute(
+                "UPDATE runs SET status=?2, ended_at_ms=?3, input_tokens=?4, output_tokens=?5,
+                    cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9
+                 WHERE id=?1",
+                params![
+                    run.run_id.as_str(),
+                    end.status.as_str(),
+                    now,
+                    usage.as_ref().map(|u| to_i64(u.input_tokens)),
+                    usage.as_ref().map(|u| to_i64(u.output_tokens)),
+                    usage.as_ref().and_then(|u| u.cache_read_input_tokens).map(to_i64),
+                    usage.as_ref().and_then(|u| u.cache_creation_input_tokens).map(to_i64),
+                    end.total_cost_usd,
+                    end.error_code,
+                ],
+            )
+            .map_err(db("finishing a run"))?;
+            tx.execute(
+                "UPDATE threads SET updated_at_ms=?2 WHERE id=?1",
+                params![run.thread_id.as_str(), now],
+            )
+            .map_err(db("finishing a run"))?;
+            tx.commit().map_err(db("finishing a run"))
+        })();
+        run.release();
+        result
+    }
+
+    /// The thread `id`, if stored.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn thread(&self, id: &ThreadId) -> Result<Option<ThreadRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(THREAD_SELECT_BY_ID)
+            .map_err(db("reading a thread"))?;
+        let row = stmt
+            .query_row(params![id.as_str()], thread_row)
+            .optional()
+            .map_err(db("reading a thread"))?;
+        row.map(into_thread).transpose()
+    }
+
+    /// Up to `limit` threads, most recently updated first.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn list_threads(&self, limit: usize) -> Result<Vec<ThreadRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(THREAD_SELECT_RECENT)
+            .map_err(db("listing threads"))?;
+        let rows = stmt
+            .query_map(params![to_i64(limit as u64)], thread_row)
+            .map_err(db("listing threads"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("listing threads"))?;
+        rows.into_iter().map(into_thread).collect()
+    }
+
+    /// The thread `id` with its messages, runs and session history.
+    ///
+    /// # Errors
+    /// [`StoreError::ThreadNotFound`], [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn thread_detail(&self, id: &ThreadId) -> Result<ThreadDetail, StoreError> {
+        let thread = self
+            .thread(id)?
+            .ok_or_else(|| StoreError::ThreadNotFound(id.clone()))?;
+        let op = "reading a thread";
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, run_id, role, content, created_at_ms FROM messages WHERE thread_id=?1 ORDER BY id")
+            .map_err(db(op))?;
+        let messages = stmt
+            .query_map(params![id.as_str()], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                ))
+            })
+            .map_err(db(op))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db(op))?
+            .into_iter()
+            .map(|(mid, run, role, content, created_at_ms)| {
+                Ok(MessageRecord {
+                    id: mid,
+                    run_id: parse_run(&run)?,
+                    role: Role::parse(&role)?,
+                    content,
+                    created_at_ms,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let runs = self.runs_where("thread_id=?1 ORDER BY started_at_ms, rowid", id.as_str())?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT session_id, run_id, first_seen_at_ms FROM sessions WHERE thread_id=?1 ORDER BY seq")
+            .map_err(db(op))?;
+        let sessions = stmt
+            .query_map(params![id.as_str()], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get(2)?))
+            })
+            .map_err(db(op))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db(op))?
+            .into_iter()
+            .map(|(session_id, run, first_seen_at_ms)| {
+                Ok(SessionRecord {
+                    session_id,
+                    run_id: parse_run(&run)?,
+                    first_seen_at_ms,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(ThreadDetail {
+            thread,
+            messages,
+            runs,
+            sessions,
+        })
+    }
+
+    /// The run `id`, if stored.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn run(&self, id: &RunId) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.runs_where("id=?1", id.as_str())?.into_iter().next())
+    }
+
+    fn runs_where(&self, clause: &str, arg: &str) -> Result<Vec<RunRecord>, StoreError> {
+        let op = "reading runs";
+        let sql = format!(
+            "SELECT id, thread_id, agent, model, status, started_at_ms, ended_at_ms, resumed_session_id, session_id,
+                input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, total_cost_usd,
+                error_code FROM runs WHERE {clause}"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(db(op))?;
+        type Raw = (
+            String,
+            String,
+            String,
+            Option<String>,
+            String,
+            i64,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+            (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
+            Option<f64>,
+            Option<String>,
+        );
+        let raws: Vec<Raw> = stmt
+            .query_map(params![arg], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                    r.get(8)?,
+                    (r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?),
+                    r.get(13)?,
+                    r.get(14)?,
+                ))
+            })
+            .map_err(db(op))?
+            .collect::<Result<_, _>>()
+            .map_err(db(op))?;
+        raws.into_iter()
+            .map(
+                |(
+                    id,
+                    thread,
+                    agent,
+                    model,
+                    status,
+                    started,
+                    ended,
+                    resumed,
+                    session,
+                    u,
+                    cost,
+                    error_code,
+                )| {
+                    let usage = match u {
+                        (Some(i), Some(o), cr, cc) => Some(RunUsage {
+                            input_tokens: to_u64(i),
+                            output_tokens: to_u64(o),
+                            cache_read_input_tokens: cr.map(to_u64),
+                            cache_creation_input_tokens: cc.map(to_u64),
+                        }),
+                        _ => None,
+                    };
+                    Ok(RunRecord {
+                        id: parse_run(&id)?,
+                        thread_id: parse_thread(&thread)?,
+                        agent,
+                        model,
+                        status: RunStatus::parse(&status)?,
+                        started_at_ms: started,
+                        ended_at_ms: ended,
+                        resumed_session_id: resumed,
+                        session_id: session,
+                        usage,
+                        error_code,
+                        total_cost_usd: cost,
+                    })
+                },
+            )
+            .collect()
+    }
+}
+
+macro_rules! thread_select {
+    ($tail:literal) => {
+        concat!(
+            "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id) FROM threads t ",
+            $tail
+        )
+    };
+}
+const THREAD_SELECT_BY_ID: &str = thread_select!("WHERE t.id=?1");
+const THREAD_SELECT_RECENT: &str =
+    thread_select!("ORDER BY t.updated_at_ms DESC, t.rowid DESC LIMIT ?1");
+
+type ThreadRow = (String, String, String, Option<String>, i64, i64, i64);
+
+fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+    ))
+}
+
+fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs) = row;
+    Ok(ThreadRecord {
+        id: parse_thread(&id)?,
+        agent,
+        title,
+        session_id,
+        created_at_ms,
+        updated_at_ms,
+        run_count: to_u64(runs),
+    })
+}
+
+fn parse_run(s: &str) -> Result<RunId, StoreError> {
+    RunId::parse(s).map_err(|_| StoreError::Corrupt(format!("invalid run id {s:?}")))
+}
+
+fn parse_thread(s: &str) -> Result<ThreadId, StoreError> {
+    ThreadId::parse(s).map_err(|_| StoreError::Corrupt(format!("invalid thread id {s:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &Path) -> Store {
+        Store::open(dir).expect("open store")
+    }
+
+    fn new_run<'a>(thread: ThreadChoice, prompt: &'a str, resume: Option<&'a str>) -> NewRun<'a> {
+        NewRun {
+            thread,
+            agent: "awp-agent",
+            model: Some("m1"),
+            prompt,
+            resumed_session_id: resume,
+        }
+    }
+
+    fn new_thread() -> ThreadChoice {
+        ThreadChoice::New {
+            agent: "awp-agent".into(),
+        }
+    }
+
+    fn succeeded() -> RunEnd {
+        RunEnd {
+            status: RunStatus::Succeeded,
+            usage: Some(RunUsage {
+                input_tokens: 3,
+                output_tokens: 5,
+                ..RunUsage::default()
+            }),
+            error_code: None,
+            total_cost_usd: Some(0.25),
+        }
+    }
+
+    #[test]
+    fn a_turn_round_trips_through_a_real_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = open(tmp.path());
+        let run = store
+            .begin_run(new_run(new_thread(), "hello there\nsecond line", None))
+            .unwrap();
+        let (thread_id, run_id) = (run.thread_id.clone(), run.run_id.clone());
+        assert!(
+            tmp.path()
+                .join("runs")
+                .join(format!("{run_id}.lock"))
+                .is_file()
+        );
+        assert_eq!(
+            store.record_session_id(&run, "s-1").unwrap(),
+            SessionChange {
+                previous: None,
+                changed: true
+            }
+        );
+        let m = store.append_assistant_text(&run, None, "Hel").unwrap();
+        assert_eq!(store.append_assistant_text(&run, Some(m), "lo").unwrap(), m);
+        store.add_tool_summary(&run, "⚙ Bash {}").unwrap();
+        store.finish_run(run, &succeeded()).unwrap();
+        assert!(
+            !tmp.path()
+                .join("runs")
+                .join(format!("{run_id}.lock"))
+                .exists()
+        );
+        drop(store);
+
+        let store = open(tmp.path());
+        let detail = store.thread_detail(&thread_id).unwrap();
+        assert_eq!(detail.thread.title, "hello there");
+        assert_eq!(detail.thread.session_id.as_deref(), Some("s-1"));
+        assert_eq!(detail.thread.run_count, 1);
+        let msgs: Vec<(Role, &str)> = detail
+            .messages
+            .iter()
+            .map(|m| (m.role, m.content.as_str()))
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                (Role::User, "hello there\nsecond line"),
+                (Role::Assistant, "Hello"),
+                (Role::Tool, "⚙ Bash {}")
+            ]
+        );
+        let run = &detail.runs[0];
+        assert_eq!(run.id, run_id);
+        assert_eq!(run.status, RunStatus::Succeeded);
+        assert_eq!(
+            run.usage
+                .as_ref()
+                .map(|u| (u.input_tokens, u.output_tokens)),
+            Some((3, 5))
+        );
+        assert_eq!(run.total_cost_usd, Some(0.25));
+        assert!(run.ended_at_ms.is_some());
+        assert_eq!(store.list_threads(10).unwrap().len(), 1);
+        assert!(store.recovered_runs().is_empty());
+    }
+
+    #[test]
+    fn a_changed_session_id_becomes_current_and_the_old_one_stays_in_history() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = open(tmp.path());
+        let run = store.begin_run(new_run(new_thread(), "a", None)).unwrap();
+        store.record_session_id(&run, "A").unwrap();
+        let thread = run.thread_id.clone();
+        store.finish_run(run, &succeeded()).unwrap();
+        let run = store
+            .begin_run(new_run(
+                ThreadChoice::Existing(thread.clone()),
+                "b",
+                Some("A"),
+            ))
+            .unwrap();
+        let change = store.record_session_id(&run, "B").unwrap();
+        assert_eq!(
+            change,
+            SessionChange {
+                previous: Some("A".into()),
+                changed: true
+            }
+        );
+        // Claude Code repeats `init` every turn: the same id again changes nothing.
+        assert!(!store.record_session_id(&run, "B").unwrap().changed);
+        store.finish_run(run, &succeeded()).unwrap();
+        let detail = store.thread_detail(&thread).unwrap();
+        assert_eq!(detail.thread.session_id.as_deref(), Some("B"));
+        let history: Vec<&str> = detail
+            .sessions
+            .iter()
+            .map(|s| s.session_id.as_str())
+            .collect();
+        assert_eq!(history, ["A", "B"]);
+        assert_eq!(detail.runs[1].resumed_session_id.as_deref(), Some("A"));
+        assert_eq!(detail.runs[1].session_id.as_deref(), Some("B"));
+    }
+
+    #[test]
+    fn open_marks_orphaned_running_runs_interrupted_and_leaves_live_ones_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = open(tmp.path());
+        let live = store
+            .begin_run(new_run(new_thread(), "live", None))
+            .unwrap();
+        let dead = store
+            .begin_run(new_run(new_thread(), "dead", None))
+            .unwrap();
+        let stale = store
+            .begin_run(new_run(new_thread(), "stale", None))
+            .unwrap();
+        let (dead_id, stale_id) = (dead.run_id.clone(), stale.run_id.clone());
+        // A dead owner either removed its lock file or left it unlocked.
+        drop(dead);
+        drop(stale);
+        let stale_lock = tmp.path().join("runs").join(format!("{stale_id}.lock"));
+        std::fs::write(&stale_lock, b"").unwrap();
+
+        let second = open(tmp.path());
+        let mut recovered = second.recovered_runs().to_vec();
+        recovered.sort();
+        let mut expect = vec![dead_id.clone(), stale_id.clone()];
+        expect.sort();
+        assert_eq!(recovered, expect);
+        assert!(!stale_lock.exists());
+        let status = |id: &RunId| second.run(id).unwrap().unwrap();
+        assert_eq!(status(&dead_id).status, RunStatus::Interrupted);
+        assert_eq!(
+            status(&dead_id).error_code.as_deref(),
+            Some("host_interrupted")
+        );
+        assert_eq!(status(&live.run_id).status, RunStatus::Running);
+        store.finish_run(live, &succeeded()).unwrap();
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        drop(open(tmp.path()));
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch("PRAGMA user_version = 99").unwrap();
+        drop(conn);
+        let err = Store::open(tmp.path()).unwrap_err();
+        assert_eq!(err.code(), "store_schema_too_new");
+    }
+
+    #[test]
+    fn pragmas_and_constraints_hold() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = open(tmp.path());
+        let get = |p: &str| -> String {
+            store
+                .conn
+                .query_row(&format!("PRAGMA {p}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(get("journal_mode"), "wal");
+        let fk: i64 = store
+            .conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(fk, 1);
+        let version: u32 = store
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let orphan = store.conn.execute(
+            "INSERT INTO messages (thread_id, run_id, role, content, created_at_ms) VALUES ('x', 'y', 'user', '', 0)",
+            [],
+        );
+        assert!(
+            orphan.is_err(),
+            "foreign keys must reject an orphan message"
+        );
+    }
+
+    #[test]
+    fn an_unknown_thread_is_a_typed_error_and_leaves_nothing_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = open(tmp.path());
+        let missing = ThreadId::parse("th_0000000000000000").unwrap();
+        let err = store
+            .begin_run(new_run(ThreadChoice::Existing(missing), "x", None))
+            .unwrap_err();
+        assert_eq!(err.code(), "thread_not_found");
+        let runs: i64 = store
+            .conn
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(runs, 0);
+        assert_eq!(
+            std::fs::read_dir(tmp.path().join("runs")).unwrap().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn titles_are_bounded_at_the_limit_and_one_past_it() {
+        let check = |input: &str, max: usize, expect: &str| {
+            assert_eq!(title_from_prompt(input, max), expect)
+        };
+        check("abcde", 5, "abcde");
+        check("abcdef", 5, "abcd…");
+        check("\n\n  first\tline  \nsecond", 80, "first line");
+        check("", 80, "");
+        check("ééééé", 5, "ééééé");
+        check("éééééé", 5, "éééé…");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_database_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        drop(open(&dir));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(DATABASE_FILE)), 0o600);
+    }
+}
