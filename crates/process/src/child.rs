@@ -1,0 +1,529 @@
+//! `Child`: a running supervised process — exit-based completion, the stop ladder, and kill-on-drop of its group.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OnceCell, mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::command::StdoutMode;
+use crate::signal::{GroupSignal, signal_group};
+use crate::stdio::{self, StderrTail, Stdin, Stdout};
+
+/// Supervision settings of a child. Every field is a bound; see each for its default and what happens past it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChildConfig {
+    /// After the direct child exits, how long stdout/stderr readers keep waiting for output already in flight.
+    ///
+    /// Default 2 s. When it elapses with a pipe still open (a grandchild holds it), the reader takes what the pipe
+    /// holds at that moment without waiting (see `late_drain_max_bytes`) and ends
+    /// ([`crate::StdoutEnd::DrainWindowElapsed`]).
+    pub drain_window: Duration,
+    /// How many bytes of stderr are kept (the tail). Default 128 KiB (131 072 bytes).
+    ///
+    /// Older bytes are dropped from the front; [`StderrTail::snapshot`] reports the total, so truncation is visible.
+    pub stderr_tail_bytes: usize,
+    /// How many stdout items may wait unconsumed in [`Stdout`]. Default 16 (minimum 1).
+    ///
+    /// When full, the reader stops reading and the child blocks on its writes (backpressure). Memory held is at most
+    /// this many items (each at most the JSONL `max_line_bytes`, or `read_chunk_bytes` in byte mode).
+    pub stdout_queue_items: usize,
+    /// Size of one read from a pipe, in bytes. Default 64 KiB (minimum 1).
+    pub read_chunk_bytes: usize,
+    /// After the drain window, at most this many more bytes are taken from a pipe, and only while reads complete
+    /// without waiting. Default 1 MiB (Linux's largest pipe buffer). Past it the stream ends; the rest is not read.
+    pub late_drain_max_bytes: usize,
+}
+
+impl Default for ChildConfig {
+    fn default() -> Self {
+        Self {
+            drain_window: Duration::from_secs(2),
+            stderr_tail_bytes: 128 * 1024,
+            stdout_queue_items: 16,
+            read_chunk_bytes: 64 * 1024,
+            late_drain_max_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// How the direct child ended: an exit code, or the signal that killed it.
+///
+/// Both are `None` only when the OS could not report the status (the wait itself failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExitStatus {
+    /// The exit code, when the child exited normally.
+    pub code: Option<i32>,
+    /// The signal number, when a signal ended the child (Unix).
+    pub signal: Option<i32>,
+}
+
+impl ExitStatus {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The code as a shell reports it: the exit code, or 128 + the signal number (`SIGKILL` → 137), or -1 when
+    /// the status is unknown. Source: `protocols/cli-driver.md` ("Exit code: `code`, or 128+signal").
+    pub fn code_or_signal(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(code), _) => code,
+            (None, Some(signal)) => 128 + signal,
+            (None, None) => -1,
+        }
+    }
+
+    fn unknown() -> Self {
+        Self {
+            code: None,
+            signal: None,
+        }
+    }
+}
+
+impl From<std::process::ExitStatus> for ExitStatus {
+    fn from(status: std::process::ExitStatus) -> Self {
+        #[cfg(unix)]
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        #[cfg(not(unix))]
+        let signal = None;
+        Self {
+            code: status.code(),
+            signal,
+        }
+    }
+}
+
+impl fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(signal)) => write!(f, "killed by signal {signal}"),
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// The stop ladder: (optional final stdin line) → close stdin → grace → SIGTERM to the group → grace → SIGKILL.
+///
+/// Source: `protocols/awp.md` ("Stop"), DESIGN.md invariant 4. Default: no final line, 5 s, 3 s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StopPlan {
+    /// A line written to stdin before closing it (e.g. `{"type":"shutdown"}`); `\n` is appended. Default none.
+    pub final_stdin_line: Option<Vec<u8>>,
+    /// How long the child gets to exit after the final line and stdin EOF, before SIGTERM. Default 5 s
+    /// (Claude Code flushes its session file after stdin EOF). Writing the final line counts against it.
+    pub stdin_grace: Duration,
+    /// How long the group gets to exit after SIGTERM, before SIGKILL. Default 3 s.
+    pub term_grace: Duration,
+}
+
+impl Default for StopPlan {
+    fn default() -> Self {
+        Self {
+            final_stdin_line: None,
+            stdin_grace: Duration::from_secs(5),
+            term_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+impl StopPlan {
+    /// The default ladder (5 s after stdin EOF, 3 s after SIGTERM).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`StopPlan::final_stdin_line`].
+    pub fn final_stdin_line(mut self, line: impl Into<Vec<u8>>) -> Self {
+        self.final_stdin_line = Some(line.into());
+        self
+    }
+
+    /// Sets [`StopPlan::stdin_grace`].
+    pub fn stdin_grace(mut self, grace: Duration) -> Self {
+        self.stdin_grace = grace;
+        self
+    }
+
+    /// Sets [`StopPlan::term_grace`].
+    pub fn term_grace(mut self, grace: Duration) -> Self {
+        self.term_grace = grace;
+        self
+    }
+}
+
+/// The step of the stop ladder that ended the direct child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopStep {
+    /// The child had already exited when the stop began.
+    AlreadyExited,
+    /// It exited after the final line / stdin EOF, within `stdin_grace`.
+    StdinClosed,
+    /// It exited after SIGTERM to its group, within `term_grace`.
+    Sigterm,
+    /// SIGKILL to its group ended it.
+    Sigkill,
+}
+
+impl StopStep {
+    /// Stable snake_case name: `already_exited`, `stdin_closed`, `sigterm`, `sigkill`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::AlreadyExited => "already_exited",
+            Self::StdinClosed => "stdin_closed",
+            Self::Sigterm => "sigterm",
+            Self::Sigkill => "sigkill",
+        }
+    }
+}
+
+/// The result of [`Child::stop`]: how the child ended and which step ended it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StopOutcome {
+    /// The direct child's exit status.
+    pub status: ExitStatus,
+    /// The ladder step that ended it.
+    pub ended_by: StopStep,
+}
+
+/// The result of [`Child::wait_or_stop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitOutcome {
+    /// The child exited by itself.
+    Exited(ExitStatus),
+    /// The token was cancelled; the child was stopped with the plan.
+    Cancelled(StopOutcome),
+    /// The timeout elapsed; the child was stopped with the plan.
+    TimedOut(StopOutcome),
+}
+
+impl WaitOutcome {
+    /// The direct child's exit status, however it ended.
+    pub fn status(&self) -> ExitStatus {
+        match self {
+            Self::Exited(status) => *status,
+            Self::Cancelled(outcome) | Self::TimedOut(outcome) => outcome.status,
+        }
+    }
+}
+
+/// The direct child's exit as observed by the supervisor: its status and when it was seen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Exit {
+    pub(crate) status: ExitStatus,
+    pub(crate) at: Instant,
+}
+
+/// State shared by [`Child`] and every [`ChildHandle`].
+#[derive(Debug)]
+struct Shared {
+    pid: u32,
+    exit: watch::Receiver<Option<Exit>>,
+    /// Asks the supervisor task to kill the direct child (it owns the tokio child, which knows whether it was reaped).
+    kill_direct: Notify,
+    stdin: Stdin,
+    stderr: StderrTail,
+    stop: OnceCell<StopOutcome>,
+    group_killed: AtomicBool,
+}
+
+impl Shared {
+    fn exited(&self) -> Option<ExitStatus> {
+        self.exit.borrow().as_ref().map(|e| e.status)
+    }
+
+    async fn wait(&self) -> ExitStatus {
+        let mut exit = self.exit.clone();
+        match exit.wait_for(Option::is_some).await {
+            Ok(exit) => exit.as_ref().map_or_else(ExitStatus::unknown, |e| e.status),
+            // The supervisor is gone without a status: the runtime is shutting down.
+            Err(_) => ExitStatus::unknown(),
+        }
+    }
+
+    fn signal(&self, signal: GroupSignal) {
+        if let Err(err) = signal_group(self.pid, signal) {
+            tracing::warn!(pgid = self.pid, ?signal, %err, "signalling the child's process group failed");
+        }
+    }
+
+    /// SIGKILL to the whole group and to the direct child.
+    fn kill_all(&self) {
+        self.signal(GroupSignal::Kill);
+        self.kill_direct.notify_one();
+        self.group_killed.store(true, Ordering::SeqCst);
+    }
+
+    async fn run_stop(&self, plan: StopPlan) -> StopOutcome {
+        if let Some(status) = self.exited() {
+            self.kill_all();
+            return StopOutcome {
+                status,
+                ended_by: StopStep::AlreadyExited,
+            };
+        }
+        let stdin_deadline = Instant::now() + plan.stdin_grace;
+        if let Some(line) = &plan.final_stdin_line {
+            match tokio::time::timeout_at(stdin_deadline, self.stdin.write_line(line)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::debug!(code = err.code(), %err, "final stdin line not written")
+                }
+                Err(_) => tracing::debug!("final stdin line not written within the grace"),
+            }
+        }
+        self.stdin.close().await;
+        if let Ok(status) = tokio::time::timeout_at(stdin_deadline, self.wait()).await {
+            self.kill_all();
+            return StopOutcome {
+                status,
+                ended_by: StopStep::StdinClosed,
+            };
+        }
+        self.signal(GroupSignal::Term);
+        if let Ok(status) = tokio::time::timeout(plan.term_grace, self.wait()).await {
+            self.kill_all();
+            return StopOutcome {
+                status,
+                ended_by: StopStep::Sigterm,
+            };
+        }
+        self.kill_all();
+        let status = self.wait().await;
+        StopOutcome {
+            status,
+            ended_by: StopStep::Sigkill,
+        }
+    }
+}
+
+/// A running child started by [`crate::Command::spawn`]. It owns the process: dropping it kills the group.
+///
+/// - The child is the leader of its own process group; signals of the stop ladder go to the whole group.
+/// - [`Child::wait`] resolves at the direct child's exit, never at pipe close.
+/// - Dropping a `Child` without a completed [`Child::stop`] sends SIGKILL to its whole process group (grandchildren
+///   included) and to the direct child. [`ChildHandle`]s do not keep the process alive.
+#[derive(Debug)]
+pub struct Child {
+    handle: ChildHandle,
+    stdout: Option<Stdout>,
+}
+
+/// A clonable handle to a [`Child`]: wait, stop, stdin and stderr from other tasks.
+///
+/// It does not own the process: when the [`Child`] is dropped the group is killed regardless of handles.
+#[derive(Clone, Debug)]
+pub struct ChildHandle {
+    shared: Arc<Shared>,
+}
+
+impl ChildHandle {
+    /// The direct child's pid (also its process group id) until its exit has been observed, then `None`.
+    pub fn id(&self) -> Option<u32> {
+        if self.shared.exited().is_some() {
+            None
+        } else {
+            Some(self.shared.pid)
+        }
+    }
+
+    /// A clonable handle to the child's stdin.
+    pub fn stdin(&self) -> Stdin {
+        self.shared.stdin.clone()
+    }
+
+    /// A clonable view of the child's stderr tail.
+    pub fn stderr_tail(&self) -> StderrTail {
+        self.shared.stderr.clone()
+    }
+
+    /// The direct child's exit status, if it has exited.
+    pub fn try_wait(&self) -> Option<ExitStatus> {
+        self.shared.exited()
+    }
+
+    /// Resolves at the direct child's exit (not at pipe close). Cancel-safe; any number of callers.
+    pub async fn wait(&self) -> ExitStatus {
+        self.shared.wait().await
+    }
+
+    /// Runs the stop ladder of `plan` and reports which step ended the child.
+    ///
+    /// Idempotent: once a stop has completed, later calls return the same outcome (their plan is ignored);
+    /// concurrent calls wait for the first. If the child had already exited, the outcome is
+    /// [`StopStep::AlreadyExited`]. However the child ended, the rest of its process group (grandchildren such as
+    /// MCP servers) is sent SIGKILL.
+    pub async fn stop(&self, plan: StopPlan) -> StopOutcome {
+        *self
+            .shared
+            .stop
+            .get_or_init(|| self.shared.run_stop(plan))
+            .await
+    }
+
+    /// Waits for the child's exit, but stops it with `plan` when `cancel` is cancelled or `timeout` elapses.
+    pub async fn wait_or_stop(
+        &self,
+        cancel: &CancellationToken,
+        timeout: Option<Duration>,
+        plan: StopPlan,
+    ) -> WaitOutcome {
+        let timeout = async {
+            match timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            status = self.wait() => WaitOutcome::Exited(status),
+            () = cancel.cancelled() => WaitOutcome::Cancelled(self.stop(plan.clone()).await),
+            () = timeout => WaitOutcome::TimedOut(self.stop(plan).await),
+        }
+    }
+}
+
+impl Child {
+    /// A clonable handle for other tasks (wait, stop, stdin, stderr).
+    pub fn handle(&self) -> ChildHandle {
+        self.handle.clone()
+    }
+
+    /// See [`ChildHandle::id`].
+    pub fn id(&self) -> Option<u32> {
+        self.handle.id()
+    }
+
+    /// See [`ChildHandle::stdin`].
+    pub fn stdin(&self) -> Stdin {
+        self.handle.stdin()
+    }
+
+    /// Takes the stdout stream (once; later calls return `None`).
+    pub fn take_stdout(&mut self) -> Option<Stdout> {
+        self.stdout.take()
+    }
+
+    /// See [`ChildHandle::stderr_tail`].
+    pub fn stderr_tail(&self) -> StderrTail {
+        self.handle.stderr_tail()
+    }
+
+    /// See [`ChildHandle::try_wait`].
+    pub fn try_wait(&self) -> Option<ExitStatus> {
+        self.handle.try_wait()
+    }
+
+    /// See [`ChildHandle::wait`].
+    pub async fn wait(&self) -> ExitStatus {
+        self.handle.wait().await
+    }
+
+    /// See [`ChildHandle::stop`].
+    pub async fn stop(&self, plan: StopPlan) -> StopOutcome {
+        self.handle.stop(plan).await
+    }
+
+    /// See [`ChildHandle::wait_or_stop`].
+    pub async fn wait_or_stop(
+        &self,
+        cancel: &CancellationToken,
+        timeout: Option<Duration>,
+        plan: StopPlan,
+    ) -> WaitOutcome {
+        self.handle.wait_or_stop(cancel, timeout, plan).await
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.handle.shared.group_killed.load(Ordering::SeqCst) {
+            self.handle.shared.kill_all();
+        }
+    }
+}
+
+/// Wires a freshly spawned tokio child into supervision: the exit watcher and the stdout/stderr readers.
+pub(crate) fn start(
+    mut child: tokio::process::Child,
+    mode: StdoutMode,
+    config: ChildConfig,
+) -> io::Result<Child> {
+    let missing = |what: &str| io::Error::other(format!("child {what} is not piped"));
+    let pid = child
+        .id()
+        .ok_or_else(|| io::Error::other("child has no pid"))?;
+    let stdin = child.stdin.take().ok_or_else(|| missing("stdin"))?;
+    let stdout = child.stdout.take().ok_or_else(|| missing("stdout"))?;
+    let stderr = child.stderr.take().ok_or_else(|| missing("stderr"))?;
+
+    let (exit_tx, exit_rx) = watch::channel(None);
+    let shared = Arc::new(Shared {
+        pid,
+        exit: exit_rx.clone(),
+        kill_direct: Notify::new(),
+        stdin: Stdin::new(stdin),
+        stderr: StderrTail::new(config.stderr_tail_bytes),
+        stop: OnceCell::new(),
+        group_killed: AtomicBool::new(false),
+    });
+
+    tokio::spawn(supervise(child, exit_tx, Arc::clone(&shared)));
+    let (tx, rx) = mpsc::channel(config.stdout_queue_items.max(1));
+    tokio::spawn(stdio::pump_stdout(
+        stdout,
+        mode,
+        tx,
+        exit_rx.clone(),
+        config.clone(),
+    ));
+    tokio::spawn(stdio::pump_stderr(
+        stderr,
+        shared.stderr.clone(),
+        exit_rx,
+        config,
+    ));
+
+    Ok(Child {
+        handle: ChildHandle { shared },
+        stdout: Some(Stdout::new(rx)),
+    })
+}
+
+/// Owns the tokio child: reaps it, publishes its exit, and kills it on request.
+async fn supervise(
+    mut child: tokio::process::Child,
+    exit_tx: watch::Sender<Option<Exit>>,
+    shared: Arc<Shared>,
+) {
+    let waited = loop {
+        tokio::select! {
+            waited = child.wait() => break waited,
+            () = shared.kill_direct.notified() => {
+                if let Err(err) = child.start_kill() {
+                    tracing::debug!(pid = shared.pid, %err, "killing the direct child failed");
+                }
+            }
+        }
+    };
+    let status = match waited {
+        Ok(status) => ExitStatus::from(status),
+        Err(err) => {
+            tracing::warn!(pid = shared.pid, %err, "waiting for the child failed");
+            ExitStatus::unknown()
+        }
+    };
+    exit_tx.send_replace(Some(Exit {
+        status,
+        at: Instant::now(),
+    }));
+}

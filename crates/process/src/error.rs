@@ -1,0 +1,183 @@
+//! Typed errors of this crate: starting a child ([`SpawnError`]) and writing to its stdin ([`StdinError`]).
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+
+use crate::command::display_program;
+
+/// Why [`crate::Command::spawn`] failed.
+///
+/// Messages name the program (and the working directory where relevant), never an argument or an environment value.
+/// Each variant has a stable [`SpawnError::code`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The executable does not exist (or is not on the child's `PATH`). Code `executable_not_found`.
+    #[error("executable not found: {program}")]
+    NotFound {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+    },
+    /// The OS refused to execute the program (`EACCES`). Code `permission_denied`.
+    #[error("permission denied executing {program}")]
+    PermissionDenied {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+    },
+    /// The file exists but is not an executable (no execute bit, a directory, or an unknown format). Code `not_executable`.
+    #[error("not an executable: {program}")]
+    NotExecutable {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+    },
+    /// The working directory set with [`crate::Command::current_dir`] does not exist. Code `working_dir_not_found`.
+    #[error("working directory not found: {dir} (running {program})")]
+    WorkingDirNotFound {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+        /// The working directory (lossy UTF-8).
+        dir: String,
+    },
+    /// `spawn` was called outside a tokio runtime. Code `no_tokio_runtime`.
+    #[error("cannot spawn {program}: no tokio runtime is running")]
+    NoRuntime {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+    },
+    /// Any other OS error while starting the child. Code `spawn_failed`.
+    #[error("failed to spawn {program}: {source}")]
+    Io {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SpawnError {
+    /// Stable snake_case code for this error, for logs and for errors crossing a process boundary.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound { .. } => "executable_not_found",
+            Self::PermissionDenied { .. } => "permission_denied",
+            Self::NotExecutable { .. } => "not_executable",
+            Self::WorkingDirNotFound { .. } => "working_dir_not_found",
+            Self::NoRuntime { .. } => "no_tokio_runtime",
+            Self::Io { .. } => "spawn_failed",
+        }
+    }
+
+    /// The program that failed to start.
+    pub fn program(&self) -> &str {
+        match self {
+            Self::NotFound { program }
+            | Self::PermissionDenied { program }
+            | Self::NotExecutable { program }
+            | Self::WorkingDirNotFound { program, .. }
+            | Self::NoRuntime { program }
+            | Self::Io { program, .. } => program,
+        }
+    }
+
+    /// Classifies the OS error of a failed spawn.
+    ///
+    /// `ENOENT` is ambiguous (missing program or missing working directory), so the working directory is checked
+    /// after the fact; `EACCES` on a path that is a directory or has no execute bit is reported as not executable.
+    pub(crate) fn from_io(program: &OsStr, current_dir: Option<&Path>, err: io::Error) -> Self {
+        let name = display_program(program);
+        if err.kind() == io::ErrorKind::NotFound {
+            if let Some(dir) = current_dir.filter(|d| !d.is_dir()) {
+                return Self::WorkingDirNotFound {
+                    program: name,
+                    dir: dir.to_string_lossy().into_owned(),
+                };
+            }
+            return Self::NotFound { program: name };
+        }
+        #[cfg(unix)]
+        if let Some(errno) = rustix::io::Errno::from_io_error(&err) {
+            if errno == rustix::io::Errno::NOEXEC {
+                return Self::NotExecutable { program: name };
+            }
+            if errno == rustix::io::Errno::ACCESS {
+                return if is_path_without_exec(program, current_dir) {
+                    Self::NotExecutable { program: name }
+                } else {
+                    Self::PermissionDenied { program: name }
+                };
+            }
+        }
+        if err.kind() == io::ErrorKind::PermissionDenied {
+            return Self::PermissionDenied { program: name };
+        }
+        Self::Io {
+            program: name,
+            source: err,
+        }
+    }
+}
+
+/// Whether `program` names a file (by path) that is a directory or has no execute bit at all.
+#[cfg(unix)]
+fn is_path_without_exec(program: &OsStr, current_dir: Option<&Path>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = Path::new(program);
+    if path.components().count() < 2 && !path.is_absolute() {
+        return false; // a bare name was searched on PATH; which entry failed is unknown
+    }
+    let path = match current_dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    };
+    match std::fs::metadata(&path) {
+        Ok(meta) => meta.is_dir() || meta.permissions().mode() & 0o111 == 0,
+        Err(_) => false,
+    }
+}
+
+/// Why a write to the child's stdin ([`crate::Stdin`]) failed.
+///
+/// A failed write is never retried: the bytes may be partially written, so the handle closes stdin and every later
+/// write returns [`StdinError::Closed`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StdinError {
+    /// Stdin was closed earlier (by [`crate::Stdin::close`], a stop, or an earlier failed write). Code `stdin_closed`.
+    #[error("stdin is closed")]
+    Closed,
+    /// The child no longer reads its stdin (it exited or closed it): `EPIPE`. Code `stdin_broken_pipe`.
+    #[error("child is not reading stdin (broken pipe)")]
+    BrokenPipe,
+    /// A line given to [`crate::Stdin::write_line`] contains a `\n` before its end. Nothing was written.
+    /// Code `stdin_invalid_line`.
+    #[error("line contains a newline at byte {position}")]
+    NewlineInLine {
+        /// Byte offset of the first embedded `\n`.
+        position: usize,
+    },
+    /// Any other write error. Code `stdin_write_failed`.
+    #[error("stdin write failed: {0}")]
+    Io(#[source] io::Error),
+}
+
+impl StdinError {
+    /// Stable snake_case code for this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Closed => "stdin_closed",
+            Self::BrokenPipe => "stdin_broken_pipe",
+            Self::NewlineInLine { .. } => "stdin_invalid_line",
+            Self::Io(_) => "stdin_write_failed",
+        }
+    }
+
+    pub(crate) fn from_io(err: io::Error) -> Self {
+        if err.kind() == io::ErrorKind::BrokenPipe {
+            Self::BrokenPipe
+        } else {
+            Self::Io(err)
+        }
+    }
+}
