@@ -1,0 +1,882 @@
+//! The bidirectional connection: outgoing calls and notifications, the pending-call table, and the reader and
+//! writer tasks that drive one byte stream.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentwire_jsonl::{Frame, JsonlDecoder, Limits};
+use bytes::BytesMut;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CallError, CloseReason, SendError};
+use crate::incoming::{Incoming, IncomingMessage, IncomingRequest, Responder};
+use crate::message::{
+    ErrorObject, InvalidMessage, Message, Notification, NotificationRef, Request, RequestId,
+    RequestRef, Response, ResponseRef,
+};
+
+/// Default for [`Config::max_line_bytes`]: 64 MiB.
+///
+/// Larger than agentwire-jsonl's 4 MiB default on purpose: JSON-RPC peers (ACP agents) send whole files and tool
+/// outputs in one message; a 20 MB `tool_call_update` line has been seen in the wild, and a 16 MiB cap made
+/// `session/load` replay fail for one ACP client (protocols/acp.md, "Hazards"). 64 MiB keeps a 3x margin over the
+/// largest line observed while still bounding what one peer can make us buffer.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The method of the cancellation notification, in both directions: `{"requestId": <id>}`.
+pub const CANCEL_REQUEST_METHOD: &str = "$/cancel_request";
+
+/// Bytes reserved in the read buffer before each read.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Capacity of the writer's buffer: small lines are coalesced into one write, large lines bypass it.
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Buffer of each direction of [`Connection::memory`].
+const MEMORY_PIPE_BYTES: usize = 64 * 1024;
+
+/// The limits and defaults of a [`Connection`]. Every queue and table is bounded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Largest incoming line in bytes (without its `\n`). Default [`DEFAULT_MAX_LINE_BYTES`] (64 MiB).
+    /// On overflow the line is discarded as it streams in (never buffered), counted in
+    /// [`Stats::too_long_lines`], logged, and the connection continues with the next line. Nothing is answered
+    /// (the id is unknown): a call whose response is too long ends only by its timeout or by the connection closing.
+    pub max_line_bytes: usize,
+    /// Most outgoing calls waiting for an answer at once. Default 1024.
+    /// Past it, [`Connection::call`] fails at once with [`CallError::TooManyPendingCalls`] and sends nothing.
+    pub max_pending_calls: usize,
+    /// Most incoming requests accepted but not yet answered (queued or being handled). Default 256.
+    /// Past it, a new request is answered at once with -32603 (`"server busy"`, `data: {"maxInFlight": n}`) and
+    /// never reaches [`Incoming`]; counted in [`Stats::busy_rejections`]. -32603 is used rather than a
+    /// server-defined code because every JSON-RPC peer understands it.
+    pub max_incoming_in_flight: usize,
+    /// Capacity, in messages, of the queue between the reader task and [`Incoming::next`]. Default 64.
+    /// When it is full the reader stops reading: back-pressure to the peer through the OS pipe, never unbounded
+    /// buffering. Responses to our calls are read by the same reader, so drain [`Incoming`] while waiting on calls.
+    pub incoming_queue: usize,
+    /// Capacity, in messages, of the queue to the writer task. Default 64.
+    /// When it is full, `call`, `notify` and `respond` wait for room (back-pressure from a slow peer).
+    pub outgoing_queue: usize,
+    /// Timeout of [`Connection::call`]. Default `None` (no timeout): an ACP `session/prompt` lasts a whole agent
+    /// turn and a permission request waits for a human. Use [`Connection::call_with_timeout`] per call.
+    pub default_call_timeout: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            max_pending_calls: 1024,
+            max_incoming_in_flight: 256,
+            incoming_queue: 64,
+            outgoing_queue: 64,
+            default_call_timeout: None,
+        }
+    }
+}
+
+/// Counters of what the connection dropped, rejected or noticed. A snapshot from [`Connection::stats`].
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Responses whose id we never issued (a string id, or a number we have not reached), dropped.
+    pub unknown_responses: u64,
+    /// Responses to calls no longer pending (timed out, cancelled, dropped, or answered twice), dropped.
+    pub late_responses: u64,
+    /// Error responses with `"id": null` (the peer could not read one of our messages), logged and dropped.
+    pub null_id_errors: u64,
+    /// Lines that are not JSON, answered with -32700 and `"id": null`.
+    pub invalid_lines: u64,
+    /// JSON lines that are not valid JSON-RPC 2.0 messages (batches excluded), answered with -32600 unless
+    /// response-like.
+    pub invalid_messages: u64,
+    /// Batches (JSON arrays), answered with one -32600 and `"id": null`.
+    pub batches_rejected: u64,
+    /// Lines over [`Config::max_line_bytes`], discarded.
+    pub too_long_lines: u64,
+    /// Incoming requests answered -32603 because [`Config::max_incoming_in_flight`] were in flight.
+    pub busy_rejections: u64,
+    /// Incoming requests answered -32600 because a request with the same id was still in flight.
+    pub duplicate_request_ids: u64,
+    /// Incoming requests whose responder was dropped unanswered (answered -32603).
+    pub dropped_responders: u64,
+    /// Outgoing calls that timed out.
+    pub timeouts: u64,
+    /// Outgoing calls cancelled with [`Connection::cancel`].
+    pub cancelled_calls: u64,
+    /// `$/cancel_request` notifications received that matched a request in flight.
+    pub cancel_requests_received: u64,
+    /// `$/cancel_request` notifications received for no request in flight (already answered, or unknown).
+    pub cancel_requests_unmatched: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    unknown_responses: AtomicU64,
+    late_responses: AtomicU64,
+    null_id_errors: AtomicU64,
+    invalid_lines: AtomicU64,
+    invalid_messages: AtomicU64,
+    batches_rejected: AtomicU64,
+    too_long_lines: AtomicU64,
+    busy_rejections: AtomicU64,
+    duplicate_request_ids: AtomicU64,
+    dropped_responders: AtomicU64,
+    timeouts: AtomicU64,
+    cancelled_calls: AtomicU64,
+    cancel_requests_received: AtomicU64,
+    cancel_requests_unmatched: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+type CallResult = Result<Value, CallError>;
+
+/// The mutable state shared by the handles and the tasks. Never locked across an `.await`.
+struct State {
+    /// The id of our next request. Our ids are 0, 1, 2, … (numbers only).
+    next_id: i64,
+    /// Our calls waiting for an answer, by id.
+    pending: HashMap<i64, oneshot::Sender<CallResult>>,
+    /// The peer's requests accepted and not yet answered, with their cancellation flags.
+    in_flight: HashMap<RequestId, CancellationToken>,
+    /// Set once, when the connection closes.
+    close_reason: Option<CloseReason>,
+}
+
+pub(crate) struct Shared {
+    config: Config,
+    state: Mutex<State>,
+    counters: Counters,
+    /// Cancelled when the connection closes.
+    closed: CancellationToken,
+    /// Cancelled to ask the writer to flush and stop ([`Connection::close`]).
+    shutdown: CancellationToken,
+    /// Cancelled when the writer task has ended (for any reason); also stops the reader.
+    writer_done: CancellationToken,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave `State` inconsistent (every update is one map operation).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the connection closed (the first reason wins) and fails every pending call.
+    fn close(&self, reason: CloseReason) {
+        let pending = {
+            let mut state = self.lock();
+            if state.close_reason.is_none() {
+                tracing::debug!(reason = reason.code(), "json-rpc connection closed");
+                state.close_reason = Some(reason);
+            }
+            std::mem::take(&mut state.pending)
+        };
+        for (_, waiter) in pending {
+            // The caller may have stopped waiting; nothing to tell then.
+            let _ = waiter.send(Err(CallError::ConnectionClosed));
+        }
+        self.closed.cancel();
+    }
+
+    /// Forgets an incoming request (answered or dropped).
+    pub(crate) fn finish_incoming(&self, id: &RequestId) {
+        self.lock().in_flight.remove(id);
+    }
+
+    pub(crate) fn count_dropped_responder(&self) {
+        bump(&self.counters.dropped_responders);
+    }
+}
+
+/// One end of a JSON-RPC 2.0 connection over a byte stream: one JSON message per line (agentwire-jsonl framing).
+///
+/// Cheap to clone; all clones share the connection. Incoming requests and notifications arrive on the [`Incoming`]
+/// returned next to it. Two tasks run on the tokio runtime: a reader (frames lines, parses each once, routes
+/// responses to their calls, queues requests and notifications for [`Incoming`], answers invalid input) and a writer
+/// (the only writer of the stream: one line per message, in the order sent).
+///
+/// Outgoing and incoming ids are separate spaces: our requests are numbered 0, 1, 2, … and a response is matched
+/// only against our pending calls, never against the peer's requests.
+///
+/// The output is closed (flushed, then shut down, so the peer sees EOF) by [`Connection::close`], or once every
+/// `Connection` clone, the [`Incoming`] and every unanswered [`IncomingRequest`] are dropped.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+    out: mpsc::Sender<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("closed", &self.shared.closed.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// A connection over `reader` (the peer's output) and `writer` (the peer's input): a child's stdout and stdin,
+    /// the halves of a Unix socket (`into_split`), or of any stream (`tokio::io::split`).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime (it spawns the reader and writer tasks with `tokio::spawn`).
+    pub fn new<R, W>(reader: R, writer: W, config: Config) -> (Connection, Incoming)
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        Connection::new_boxed(Box::new(reader), Box::new(writer), config)
+    }
+
+    /// A connected pair in memory (a `tokio::io::duplex` of 64 KiB each way), for tests and in-process peers.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn memory(config: Config) -> ((Connection, Incoming), (Connection, Incoming)) {
+        let (a, b) = tokio::io::duplex(MEMORY_PIPE_BYTES);
+        let (a_read, a_write) = tokio::io::split(a);
+        let (b_read, b_write) = tokio::io::split(b);
+        (
+            Connection::new(a_read, a_write, config.clone()),
+            Connection::new(b_read, b_write, config),
+        )
+    }
+
+    fn new_boxed(
+        reader: Box<dyn AsyncRead + Send + Unpin>,
+        writer: Box<dyn AsyncWrite + Send + Unpin>,
+        config: Config,
+    ) -> (Connection, Incoming) {
+        let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
+        let (incoming_tx, incoming_rx) = mpsc::channel(config.incoming_queue.max(1));
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State {
+                next_id: 0,
+                pending: HashMap::new(),
+                in_flight: HashMap::new(),
+                close_reason: None,
+            }),
+            counters: Counters::default(),
+            closed: CancellationToken::new(),
+            shutdown: CancellationToken::new(),
+            writer_done: CancellationToken::new(),
+        });
+        let reader_task = Reader {
+            shared: shared.clone(),
+            out: out_tx.downgrade(),
+            incoming: incoming_tx,
+        };
+        tokio::spawn(reader_task.run(reader));
+        tokio::spawn(write_loop(writer, out_rx, shared.clone()));
+        let incoming = Incoming::new(incoming_rx, out_tx.clone());
+        (
+            Connection {
+                shared,
+                out: out_tx,
+            },
+            incoming,
+        )
+    }
+
+    /// Calls `method` and waits for the answer, for at most [`Config::default_call_timeout`] (default: no limit).
+    ///
+    /// JSON sent: `{"jsonrpc":"2.0","id":7,"method":"session/new","params":{…}}`.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::Rpc`] when the peer answers with an error; otherwise see [`CallError`].
+    pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, CallError> {
+        match self.shared.config.default_call_timeout {
+            Some(timeout) => self.call_with_timeout(method, params, timeout).await,
+            None => self.start_call(method, params).await?.await,
+        }
+    }
+
+    /// Like [`call`](Self::call) with a timeout for this call only.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::Timeout`] when no answer arrived within `timeout` (the call is then forgotten and a late answer
+    /// is counted in [`Stats::late_responses`]); otherwise as [`call`](Self::call).
+    pub async fn call_with_timeout(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let mut call = self.start_call(method, params).await?;
+        call.wait_timeout(timeout).await
+    }
+
+    /// Sends a request and returns its [`PendingCall`] (a future of the answer) without waiting for the answer,
+    /// so that the caller can learn its id (to [`cancel`](Self::cancel) it) or race it against something else.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::TooManyPendingCalls`], [`CallError::ConnectionClosed`] or [`CallError::Encode`]; nothing is
+    /// pending then.
+    pub async fn start_call(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<PendingCall, CallError> {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut state = self.shared.lock();
+            if state.close_reason.is_some() {
+                return Err(CallError::ConnectionClosed);
+            }
+            if state.pending.len() >= self.shared.config.max_pending_calls {
+                return Err(CallError::TooManyPendingCalls);
+            }
+            let id = state.next_id;
+            state.next_id = state.next_id.wrapping_add(1);
+            state.pending.insert(id, tx);
+            id
+        };
+        // From here on, dropping `call` (also when this future is dropped) removes the pending entry.
+        let call = PendingCall {
+            shared: self.shared.clone(),
+            id,
+            rx: Some(rx),
+        };
+        let request_id = RequestId::Number(id);
+        let line = agentwire_jsonl::to_line(&RequestRef {
+            id: &request_id,
+            method,
+            params: params.as_ref(),
+        })
+        .map_err(CallError::Encode)?;
+        self.out
+            .send(line)
+            .await
+            .map_err(|_| CallError::ConnectionClosed)?;
+        Ok(call)
+    }
+
+    /// Sends a notification.
+    ///
+    /// JSON sent: `{"jsonrpc":"2.0","method":"session/update","params":{…}}`.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::ConnectionClosed`] when the writer has stopped; [`SendError::Encode`] (never for `Value`s).
+    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), SendError> {
+        let line = agentwire_jsonl::to_line(&NotificationRef {
+            method,
+            params: params.as_ref(),
+        })?;
+        self.send_line(line).await
+    }
+
+    /// Sends any message as is (a relay forwarding a peer's request or response, or a test sending raw input).
+    /// A [`Message::Request`] sent this way is not tracked: its answer is counted as an unknown response.
+    ///
+    /// # Errors
+    ///
+    /// As [`notify`](Self::notify).
+    pub async fn send_message(&self, message: &Message) -> Result<(), SendError> {
+        self.send_line(message.to_line()?).await
+    }
+
+    pub(crate) async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
+        self.out
+            .send(line)
+            .await
+            .map_err(|_| SendError::ConnectionClosed)
+    }
+
+    /// Cancels our pending call `id`: the call resolves at once with [`CallError::Cancelled`] and
+    /// `$/cancel_request {"requestId": id}` is sent; the peer's eventual answer is dropped and counted in
+    /// [`Stats::late_responses`]. Returns `false` (and sends nothing) when `id` is not pending.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError`] when `$/cancel_request` could not be sent (the call is cancelled all the same).
+    pub async fn cancel(&self, id: &RequestId) -> Result<bool, SendError> {
+        let RequestId::Number(number) = id else {
+            return Ok(false);
+        };
+        let waiter = self.shared.lock().pending.remove(number);
+        let Some(waiter) = waiter else {
+            return Ok(false);
+        };
+        bump(&self.shared.counters.cancelled_calls);
+        // The caller may have stopped waiting; the cancellation stands either way.
+        let _ = waiter.send(Err(CallError::Cancelled));
+        let params = serde_json::json!({ "requestId": id });
+        self.notify(crate::CANCEL_REQUEST_METHOD, Some(params))
+            .await?;
+        Ok(true)
+    }
+
+    /// Flushes what is queued, shuts the output down (the peer sees EOF) and closes the connection: pending calls
+    /// fail with [`CallError::ConnectionClosed`]. Waits until the writer has finished; if the peer may not be reading,
+    /// bound this with a timeout.
+    pub async fn close(&self) {
+        self.shared.shutdown.cancel();
+        self.shared.writer_done.cancelled().await;
+        self.shared.close(CloseReason::Closed);
+    }
+
+    /// Resolves once the connection is closed: peer EOF, read or write failure, or [`close`](Self::close).
+    /// After that, calls fail with [`CallError::ConnectionClosed`]. Responses and notifications can still be
+    /// written after a peer EOF (a half-closed stream) until the writer stops.
+    pub async fn closed(&self) {
+        self.shared.closed.cancelled().await;
+    }
+
+    /// Whether the connection is closed (see [`closed`](Self::closed)).
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.is_cancelled()
+    }
+
+    /// Why the connection closed, `None` while open.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.shared.lock().close_reason.clone()
+    }
+
+    /// Number of our calls waiting for an answer.
+    pub fn pending_calls(&self) -> usize {
+        self.shared.lock().pending.len()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        Stats {
+            unknown_responses: get(&c.unknown_responses),
+            late_responses: get(&c.late_responses),
+            null_id_errors: get(&c.null_id_errors),
+            invalid_lines: get(&c.invalid_lines),
+            invalid_messages: get(&c.invalid_messages),
+            batches_rejected: get(&c.batches_rejected),
+            too_long_lines: get(&c.too_long_lines),
+            busy_rejections: get(&c.busy_rejections),
+            duplicate_request_ids: get(&c.duplicate_request_ids),
+            dropped_responders: get(&c.dropped_responders),
+            timeouts: get(&c.timeouts),
+            cancelled_calls: get(&c.cancelled_calls),
+            cancel_requests_received: get(&c.cancel_requests_received),
+            cancel_requests_unmatched: get(&c.cancel_requests_unmatched),
+        }
+    }
+}
+
+/// An outgoing call waiting for its answer; a future of `Result<Value, CallError>`.
+///
+/// Await it (or `&mut` it inside `tokio::select!`, then [`Connection::cancel`] its [`id`](Self::id) and await it
+/// again for [`CallError::Cancelled`]). Dropping it abandons the call without telling the peer: the answer, when it
+/// comes, is dropped and counted in [`Stats::late_responses`]. Once it has yielded its output it stays pending
+/// forever (it is fused, never panics).
+#[must_use = "a call does nothing useful unless its answer is awaited"]
+#[derive(Debug)]
+pub struct PendingCall {
+    shared: Arc<Shared>,
+    id: i64,
+    rx: Option<oneshot::Receiver<CallResult>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl PendingCall {
+    /// The id our request carries.
+    pub fn id(&self) -> RequestId {
+        RequestId::Number(self.id)
+    }
+
+    /// Waits for the answer for at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`CallError::Timeout`] when no answer arrived in time (the call is then forgotten); otherwise as the future.
+    pub async fn wait_timeout(&mut self, timeout: Duration) -> Result<Value, CallError> {
+        match tokio::time::timeout(timeout, &mut *self).await {
+            Ok(result) => result,
+            Err(_) => {
+                let removed = self.shared.lock().pending.remove(&self.id).is_some();
+                // An answer that arrived between the timer firing and the removal wins.
+                if let Some(Ok(result)) = self.rx.as_mut().map(oneshot::Receiver::try_recv) {
+                    self.rx = None;
+                    return result;
+                }
+                self.rx = None;
+                if removed {
+                    bump(&self.shared.counters.timeouts);
+                }
+                Err(CallError::Timeout)
+            }
+        }
+    }
+}
+
+impl Future for PendingCall {
+    type Output = Result<Value, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(rx) = self.rx.as_mut() else {
+            return Poll::Pending;
+        };
+        let output = match Pin::new(rx).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(result)) => result,
+            // The sender is dropped only with the shared state: the connection is gone.
+            Poll::Ready(Err(_)) => Err(CallError::ConnectionClosed),
+        };
+        self.rx = None;
+        Poll::Ready(output)
+    }
+}
+
+impl Drop for PendingCall {
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            self.shared.lock().pending.remove(&self.id);
+        }
+    }
+}
+
+/// The reader task's state.
+struct Reader {
+    shared: Arc<Shared>,
+    /// Weak, so that the reader alone does not keep the output open.
+    out: mpsc::WeakSender<Vec<u8>>,
+    incoming: mpsc::Sender<IncomingMessage>,
+}
+
+/// What to do with one incoming line: the routing decision, free of IO.
+enum Route {
+    Deliver(IncomingMessage),
+    Answer(Vec<u8>),
+    Nothing,
+}
+
+impl Reader {
+    async fn run(self, mut reader: Box<dyn AsyncRead + Send + Unpin>) {
+        let limits = Limits {
+            max_line_bytes: self.shared.config.max_line_bytes,
+            ..Limits::default()
+        };
+        // Framing only: the line is parsed once, by `Message::from_slice`, which also reports non-JSON (-32700).
+        let mut decoder = JsonlDecoder::framing_only(limits);
+        let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+        let stop = self.shared.writer_done.clone();
+        let reason = 'read: loop {
+            while let Some(frame) = decoder.decode(&mut buf) {
+                if !self.handle(frame).await {
+                    break 'read CloseReason::Closed;
+                }
+            }
+            buf.reserve(READ_CHUNK_BYTES);
+            let read = tokio::select! {
+                read = reader.read_buf(&mut buf) => read,
+                () = stop.cancelled() => break 'read CloseReason::Closed,
+            };
+            match read {
+                Ok(0) => {
+                    while let Some(frame) = decoder.decode_eof(&mut buf) {
+                        if !self.handle(frame).await {
+                            break;
+                        }
+                    }
+                    break 'read CloseReason::Eof;
+                }
+                Ok(_) => {}
+                Err(error) => break 'read CloseReason::ReadFailed(error.to_string()),
+            }
+        };
+        self.shared.close(reason);
+        // Dropping `self.incoming` ends `Incoming::next` after the queued messages.
+    }
+
+    /// Handles one frame; `false` when the reader must stop (the writer is gone).
+    async fn handle(&self, frame: Frame) -> bool {
+        match self.route(frame) {
+            Route::Nothing => true,
+            Route::Answer(line) => {
+                let Some(out) = self.out.upgrade() else {
+                    return true;
+                };
+                tokio::select! {
+                    sent = out.send(line) => {
+                        if sent.is_err() {
+                            tracing::debug!("json-rpc answer to invalid input not sent: writer stopped");
+                        }
+                        true
+                    }
+                    () = self.shared.writer_done.cancelled() => false,
+                }
+            }
+            Route::Deliver(message) => tokio::select! {
+                // Waits while the queue is full: back-pressure to the peer.
+                sent = self.incoming.send(message) => {
+                    if sent.is_err() {
+                        tracing::debug!("json-rpc incoming message dropped: Incoming was dropped");
+                    }
+                    true
+                }
+                () = self.shared.writer_done.cancelled() => false,
+            },
+        }
+    }
+
+    fn route(&self, frame: Frame) -> Route {
+        let counters = &self.shared.counters;
+        let bytes = match frame {
+            Frame::Json(bytes) => bytes,
+            Frame::TooLong { bytes_discarded } => {
+                bump(&counters.too_long_lines);
+                tracing::warn!(
+                    bytes_discarded,
+                    max_line_bytes = self.shared.config.max_line_bytes,
+                    "json-rpc line over the limit discarded"
+                );
+                return Route::Nothing;
+            }
+            Frame::Invalid(line) => {
+                // Only a validating decoder produces this; treat it as the parse error it is.
+                bump(&counters.invalid_lines);
+                tracing::warn!(preview = %line.preview, error = %line.error, "json-rpc line is not json");
+                return answer(&Response::error(
+                    None,
+                    ErrorObject::parse_error("parse error"),
+                ));
+            }
+            other => {
+                tracing::warn!(
+                    kind = other.kind(),
+                    "json-rpc: unexpected frame kind ignored"
+                );
+                return Route::Nothing;
+            }
+        };
+        match Message::from_slice(&bytes) {
+            Ok(Message::Request(request)) => self.accept_request(request),
+            Ok(Message::Notification(notification)) => self.accept_notification(notification),
+            Ok(Message::Response(response)) => {
+                self.resolve(response);
+                Route::Nothing
+            }
+            Err(invalid) => self.reject(&bytes, invalid),
+        }
+    }
+
+    fn accept_request(&self, request: Request) -> Route {
+        let cancel = CancellationToken::new();
+        {
+            let mut state = self.shared.lock();
+            if state.in_flight.contains_key(&request.id) {
+                drop(state);
+                bump(&self.shared.counters.duplicate_request_ids);
+                tracing::warn!(id = %request.id, "json-rpc request id already in flight; rejected");
+                let error = ErrorObject::invalid_request("request id is already in flight");
+                return answer(&Response::error(Some(request.id), error));
+            }
+            let max = self.shared.config.max_incoming_in_flight;
+            if state.in_flight.len() >= max {
+                drop(state);
+                bump(&self.shared.counters.busy_rejections);
+                tracing::warn!(id = %request.id, method = %request.method, "json-rpc server busy; request rejected");
+                let error = ErrorObject::internal_error("server busy: too many requests in flight")
+                    .with_data(serde_json::json!({ "maxInFlight": max }));
+                return answer(&Response::error(Some(request.id), error));
+            }
+            state.in_flight.insert(request.id.clone(), cancel.clone());
+        }
+        let responder = Responder::new(
+            request.id.clone(),
+            self.out.upgrade(),
+            self.shared.clone(),
+            cancel,
+        );
+        Route::Deliver(IncomingMessage::Request(IncomingRequest::new(
+            request, responder,
+        )))
+    }
+
+    fn accept_notification(&self, notification: Notification) -> Route {
+        if notification.method != crate::CANCEL_REQUEST_METHOD {
+            return Route::Deliver(IncomingMessage::Notification(notification));
+        }
+        let id = notification
+            .params
+            .as_ref()
+            .and_then(|params| params.get("requestId"))
+            .and_then(|id| serde_json::from_value::<RequestId>(id.clone()).ok());
+        let token = id
+            .as_ref()
+            .and_then(|id| self.shared.lock().in_flight.get(id).cloned());
+        match token {
+            Some(token) => {
+                bump(&self.shared.counters.cancel_requests_received);
+                token.cancel();
+            }
+            None => {
+                bump(&self.shared.counters.cancel_requests_unmatched);
+                tracing::debug!(params = ?notification.params, "json-rpc $/cancel_request matches no request in flight");
+            }
+        }
+        Route::Nothing
+    }
+
+    fn resolve(&self, response: Response) {
+        let counters = &self.shared.counters;
+        let Some(id) = response.id else {
+            bump(&counters.null_id_errors);
+            if let Err(error) = &response.result {
+                tracing::warn!(code = error.code.0, message = %error.message, "json-rpc peer reported an error without id");
+            }
+            return;
+        };
+        let result = response.result.map_err(CallError::Rpc);
+        self.deliver_result(&id, result);
+    }
+
+    fn deliver_result(&self, id: &RequestId, result: CallResult) {
+        let counters = &self.shared.counters;
+        let RequestId::Number(number) = *id else {
+            bump(&counters.unknown_responses);
+            tracing::debug!(%id, "json-rpc response to an id we never issued dropped");
+            return;
+        };
+        let (waiter, issued) = {
+            let mut state = self.shared.lock();
+            (
+                state.pending.remove(&number),
+                (0..state.next_id).contains(&number),
+            )
+        };
+        match waiter {
+            // The caller may have just stopped waiting; then the answer is simply unused.
+            Some(waiter) => {
+                let _ = waiter.send(result);
+            }
+            None if issued => {
+                bump(&counters.late_responses);
+                tracing::debug!(%id, "json-rpc response to a call no longer pending dropped");
+            }
+            None => {
+                bump(&counters.unknown_responses);
+                tracing::debug!(%id, "json-rpc response to an id we never issued dropped");
+            }
+        }
+    }
+
+    fn reject(&self, bytes: &[u8], invalid: InvalidMessage) -> Route {
+        let counters = &self.shared.counters;
+        let preview =
+            String::from_utf8_lossy(bytes.get(..bytes.len().min(256)).unwrap_or_default());
+        if invalid.batch {
+            bump(&counters.batches_rejected);
+        } else if invalid.code == crate::ErrorCode::PARSE_ERROR {
+            bump(&counters.invalid_lines);
+        } else {
+            bump(&counters.invalid_messages);
+        }
+        tracing::warn!(%preview, reason = %invalid.reason, "json-rpc invalid input");
+        if invalid.response_like {
+            if let Some(id) = &invalid.id {
+                // A broken answer to one of our calls fails that call instead of leaving it hanging.
+                self.deliver_result(id, Err(CallError::InvalidResponse(invalid.reason.clone())));
+            }
+            return Route::Nothing;
+        }
+        match invalid.answer() {
+            Some(response) => answer(&response),
+            None => Route::Nothing,
+        }
+    }
+}
+
+fn answer(response: &Response) -> Route {
+    let line = agentwire_jsonl::to_line(&ResponseRef {
+        id: response.id.as_ref(),
+        result: response.result.as_ref(),
+    });
+    match line {
+        Ok(line) => Route::Answer(line),
+        Err(error) => {
+            tracing::error!(%error, "json-rpc error answer could not be encoded");
+            Route::Nothing
+        }
+    }
+}
+
+/// The writer task: the only writer of the stream. Writes each queued line, coalescing what is queued into one
+/// flush; on a write error closes the connection (every pending call fails). Ends when every sender is dropped or
+/// on [`Connection::close`], after flushing and shutting the stream down.
+async fn write_loop(
+    writer: Box<dyn AsyncWrite + Send + Unpin>,
+    mut lines: mpsc::Receiver<Vec<u8>>,
+    shared: Arc<Shared>,
+) {
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+    let result: std::io::Result<()> = async {
+        loop {
+            let line = tokio::select! {
+                biased;
+                line = lines.recv() => match line {
+                    Some(line) => line,
+                    None => break,
+                },
+                () = shared.shutdown.cancelled() => {
+                    lines.close();
+                    while let Ok(line) = lines.try_recv() {
+                        writer.write_all(&line).await?;
+                    }
+                    break;
+                }
+            };
+            writer.write_all(&line).await?;
+            while let Ok(line) = lines.try_recv() {
+                writer.write_all(&line).await?;
+            }
+            writer.flush().await?;
+        }
+        writer.flush().await?;
+        writer.shutdown().await
+    }
+    .await;
+    match result {
+        Ok(()) => shared.close(CloseReason::Closed),
+        Err(error) => {
+            tracing::warn!(%error, "json-rpc write failed; connection closed");
+            shared.close(CloseReason::WriteFailed(error.to_string()));
+        }
+    }
+    shared.writer_done.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_documented() {
+        let config = Config::default();
+        assert_eq!(config.max_line_bytes, 64 * 1024 * 1024);
+        assert_eq!(config.max_pending_calls, 1024);
+        assert_eq!(config.max_incoming_in_flight, 256);
+        assert_eq!(config.incoming_queue, 64);
+        assert_eq!(config.outgoing_queue, 64);
+        assert_eq!(config.default_call_timeout, None);
+    }
+}

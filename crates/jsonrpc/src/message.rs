@@ -1,0 +1,827 @@
+//! JSON-RPC 2.0 wire types: ids, error objects, requests, notifications, responses, strict parsing.
+//!
+//! Source: <https://www.jsonrpc.org/specification> sections 4 (Request object), 4.1 (Notification), 5 (Response
+//! object) and 5.1 (Error object); the request-cancelled code -32800 is LSP's, adopted by ACP (`$/cancel_request`).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The value of every message's `"jsonrpc"` member.
+pub const JSONRPC_VERSION: &str = "2.0";
+
+/// A request id: a JSON number (integer) or string.
+///
+/// JSON: `1` or `"req-1"`.
+/// `null` is not a `RequestId`: it appears only as the id of a response to a message whose id could not be read
+/// (see [`Response::id`]).
+/// Fractional numbers and integers outside the `i64` range are rejected (the spec says ids SHOULD NOT contain
+/// fractional parts; we make it a MUST so that ids compare exactly).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RequestId {
+    /// `1`
+    Number(i64),
+    /// `"abc"`
+    String(String),
+}
+
+impl fmt::Display for RequestId {
+    /// The JSON form: `7` or `"abc"` (quoted, escaped).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestId::Number(n) => write!(f, "{n}"),
+            RequestId::String(s) => write!(f, "{}", Value::String(s.clone())),
+        }
+    }
+}
+
+impl From<i64> for RequestId {
+    fn from(n: i64) -> Self {
+        RequestId::Number(n)
+    }
+}
+
+impl From<String> for RequestId {
+    fn from(s: String) -> Self {
+        RequestId::String(s)
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(s: &str) -> Self {
+        RequestId::String(s.to_owned())
+    }
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RequestId::Number(n) => serializer.serialize_i64(*n),
+            RequestId::String(s) => serializer.serialize_str(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RequestId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct IdVisitor;
+        impl Visitor<'_> for IdVisitor {
+            type Value = RequestId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer or a string request id")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RequestId, E> {
+                Ok(RequestId::Number(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RequestId, E> {
+                i64::try_from(v)
+                    .map(RequestId::Number)
+                    .map_err(|_| E::custom("request id out of the i64 range"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<RequestId, E> {
+                Err(E::custom("request id must not be fractional"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RequestId, E> {
+                Ok(RequestId::String(v.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<RequestId, E> {
+                Ok(RequestId::String(v))
+            }
+        }
+        deserializer.deserialize_any(IdVisitor)
+    }
+}
+
+/// A JSON-RPC error code. Open: any `i32` round-trips, the constants name the ones we act on.
+///
+/// JSON: `-32601`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ErrorCode(pub i32);
+
+impl ErrorCode {
+    /// -32700: the line is not JSON (spec 5.1).
+    pub const PARSE_ERROR: ErrorCode = ErrorCode(-32700);
+    /// -32600: the JSON is not a valid request object (spec 5.1); also our answer to batches.
+    pub const INVALID_REQUEST: ErrorCode = ErrorCode(-32600);
+    /// -32601: the method does not exist or is not available (spec 5.1).
+    pub const METHOD_NOT_FOUND: ErrorCode = ErrorCode(-32601);
+    /// -32602: invalid method parameters (spec 5.1).
+    pub const INVALID_PARAMS: ErrorCode = ErrorCode(-32602);
+    /// -32603: internal error (spec 5.1); also the answer of a dropped responder and of a busy connection.
+    pub const INTERNAL_ERROR: ErrorCode = ErrorCode(-32603);
+    /// -32800: the request was cancelled (LSP / ACP `$/cancel_request`).
+    pub const REQUEST_CANCELLED: ErrorCode = ErrorCode(-32800);
+
+    /// A stable snake_case name for the known codes (`"method_not_found"`), `None` for others.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            ErrorCode::PARSE_ERROR => "parse_error",
+            ErrorCode::INVALID_REQUEST => "invalid_request",
+            ErrorCode::METHOD_NOT_FOUND => "method_not_found",
+            ErrorCode::INVALID_PARAMS => "invalid_params",
+            ErrorCode::INTERNAL_ERROR => "internal_error",
+            ErrorCode::REQUEST_CANCELLED => "request_cancelled",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The `error` member of an error response (spec 5.1).
+///
+/// JSON: `{"code":-32601,"message":"method not found","data":{"method":"x"}}` (`data` optional).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, thiserror::Error)]
+#[error("json-rpc error {code}: {message}")]
+pub struct ErrorObject {
+    /// The error code; unknown codes are kept as they are.
+    pub code: ErrorCode,
+    /// A short description.
+    pub message: String,
+    /// Extra information, omitted from the JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error object without `data`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Sets `data`.
+    #[must_use]
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// -32700 with the given message.
+    pub fn parse_error(message: impl Into<String>) -> Self {
+        ErrorObject::new(ErrorCode::PARSE_ERROR, message)
+    }
+
+    /// -32600 with the given message.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        ErrorObject::new(ErrorCode::INVALID_REQUEST, message)
+    }
+
+    /// -32601 `"method not found"` with `data: {"method": …}`.
+    pub fn method_not_found(method: &str) -> Self {
+        ErrorObject::new(ErrorCode::METHOD_NOT_FOUND, "method not found")
+            .with_data(serde_json::json!({ "method": method }))
+    }
+
+    /// -32602 with the given message.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        ErrorObject::new(ErrorCode::INVALID_PARAMS, message)
+    }
+
+    /// -32603 with the given message.
+    pub fn internal_error(message: impl Into<String>) -> Self {
+        ErrorObject::new(ErrorCode::INTERNAL_ERROR, message)
+    }
+
+    /// -32800 `"request cancelled"`.
+    pub fn request_cancelled() -> Self {
+        ErrorObject::new(ErrorCode::REQUEST_CANCELLED, "request cancelled")
+    }
+}
+
+/// A request: a call that expects exactly one response with the same id (spec 4).
+///
+/// JSON: `{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[]}}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// The id the response must carry.
+    pub id: RequestId,
+    /// The method name.
+    pub method: String,
+    /// The parameters (an object or an array); `None` when absent (or `null`, which we tolerate as absent).
+    pub params: Option<Value>,
+}
+
+impl Request {
+    /// A request.
+    pub fn new(id: impl Into<RequestId>, method: impl Into<String>, params: Option<Value>) -> Self {
+        Request {
+            id: id.into(),
+            method: method.into(),
+            params,
+        }
+    }
+}
+
+/// A notification: a request without an id, never answered (spec 4.1).
+///
+/// JSON: `{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{}}}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Notification {
+    /// The method name.
+    pub method: String,
+    /// The parameters (an object or an array); `None` when absent (or `null`).
+    pub params: Option<Value>,
+}
+
+impl Notification {
+    /// A notification.
+    pub fn new(method: impl Into<String>, params: Option<Value>) -> Self {
+        Notification {
+            method: method.into(),
+            params,
+        }
+    }
+}
+
+/// A response: exactly one of `result` and `error` (spec 5).
+///
+/// JSON: `{"jsonrpc":"2.0","id":1,"result":{}}` or
+/// `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Response {
+    /// The id of the request answered; `None` is JSON `null`, allowed only with an error (the request's id could not
+    /// be read: parse error or invalid request).
+    pub id: Option<RequestId>,
+    /// `Ok` is the `result` member (any JSON value, `null` included), `Err` the `error` member.
+    pub result: Result<Value, ErrorObject>,
+}
+
+impl Response {
+    /// A success response.
+    pub fn ok(id: RequestId, result: Value) -> Self {
+        Response {
+            id: Some(id),
+            result: Ok(result),
+        }
+    }
+
+    /// An error response; `id: None` serializes as `"id":null`.
+    pub fn error(id: Option<RequestId>, error: ErrorObject) -> Self {
+        Response {
+            id,
+            result: Err(error),
+        }
+    }
+}
+
+/// Any JSON-RPC 2.0 message. Serializes with `"jsonrpc":"2.0"`; deserializing is strict (see [`Message::from_slice`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// `{"jsonrpc":"2.0","id":1,"method":"m","params":{}}`
+    Request(Request),
+    /// `{"jsonrpc":"2.0","method":"m","params":{}}`
+    Notification(Notification),
+    /// `{"jsonrpc":"2.0","id":1,"result":{}}`
+    Response(Response),
+}
+
+impl From<Request> for Message {
+    fn from(r: Request) -> Self {
+        Message::Request(r)
+    }
+}
+
+impl From<Notification> for Message {
+    fn from(n: Notification) -> Self {
+        Message::Notification(n)
+    }
+}
+
+impl From<Response> for Message {
+    fn from(r: Response) -> Self {
+        Message::Response(r)
+    }
+}
+
+/// Why a JSON text is not a valid JSON-RPC 2.0 message, with what the answer to it must be.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+#[error("invalid json-rpc message: {reason}")]
+pub struct InvalidMessage {
+    /// [`ErrorCode::PARSE_ERROR`] (not JSON) or [`ErrorCode::INVALID_REQUEST`] (JSON, but not a valid message).
+    pub code: ErrorCode,
+    /// The message's id when it could be read, for the error answer (`None` answers with `"id":null`).
+    pub id: Option<RequestId>,
+    /// `true` when the text looks like a response (no `method`, has `result` or `error`). Such a message is never
+    /// answered: answering an invalid response could make two peers exchange error responses forever.
+    pub response_like: bool,
+    /// `true` for a batch (a JSON array). Batches are not supported (see the crate docs).
+    pub batch: bool,
+    /// What is wrong, lowercase.
+    pub reason: String,
+}
+
+impl InvalidMessage {
+    /// The error response this message deserves, or `None` when it must not be answered (response-like).
+    pub fn answer(&self) -> Option<Response> {
+        if self.response_like {
+            return None;
+        }
+        let message = match self.code {
+            ErrorCode::PARSE_ERROR => "parse error",
+            _ if self.batch => "batch requests are not supported",
+            _ => "invalid request",
+        };
+        let error = ErrorObject::new(self.code, message)
+            .with_data(serde_json::json!({ "reason": self.reason }));
+        Some(Response::error(self.id.clone(), error))
+    }
+}
+
+/// The fast path: one pass of serde over the line into borrowed/owned fields, validated after.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    /// `Some(None)` is `"id": null`.
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Option<RequestId>>,
+    #[serde(default)]
+    method: Option<String>,
+    /// `Some(Value::Null)` is `"params": null`.
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    /// `Some(Value::Null)` is `"result": null` (a valid result).
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    /// Present-aware so that `"error": null` is invalid rather than absent.
+    #[serde(default, deserialize_with = "present")]
+    error: Option<ErrorObject>,
+}
+
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+impl Message {
+    /// Parses one JSON text (one line, without the newline) strictly.
+    ///
+    /// Rules: the text is one JSON object (an array is a batch: rejected); `"jsonrpc"` is exactly `"2.0"`;
+    /// a request has a string `method` and a non-null id; a notification has a `method` and no `id`; a response has
+    /// an `id` and exactly one of `result`/`error`, and `"id": null` only with an `error`; `params`, when present,
+    /// is an object or an array (`"params": null` is tolerated as absent: some peers emit it for "no params").
+    /// Unknown members are ignored. A member of the wrong kind for the message (`params` on a response, `result` on
+    /// a request) is invalid.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidMessage`] with code -32700 when the text is not JSON, -32600 otherwise, carrying the id when it could
+    /// be read.
+    pub fn from_slice(text: &[u8]) -> Result<Message, InvalidMessage> {
+        match serde_json::from_slice::<Envelope<'_>>(text) {
+            Ok(envelope) => envelope.validate(),
+            Err(error) => Err(diagnose(text, &error)),
+        }
+    }
+
+    /// Serializes as one compact JSON line terminated by `"\n"` (agentwire-jsonl's encoder).
+    ///
+    /// # Errors
+    ///
+    /// [`agentwire_jsonl::EncodeError`] when serde_json fails, which our types never make it do.
+    pub fn to_line(&self) -> Result<Vec<u8>, agentwire_jsonl::EncodeError> {
+        agentwire_jsonl::to_line(self)
+    }
+}
+
+impl<'a> Envelope<'a> {
+    fn validate(self) -> Result<Message, InvalidMessage> {
+        let recovered_id = self.id.clone().flatten();
+        let response_like =
+            self.method.is_none() && (self.result.is_some() || self.error.is_some());
+        let invalid = |reason: &str| InvalidMessage {
+            code: ErrorCode::INVALID_REQUEST,
+            id: recovered_id.clone(),
+            response_like,
+            batch: false,
+            reason: reason.to_owned(),
+        };
+        match self.jsonrpc.as_deref() {
+            Some(JSONRPC_VERSION) => {}
+            Some(_) => return Err(invalid("\"jsonrpc\" must be \"2.0\"")),
+            None => return Err(invalid("missing \"jsonrpc\":\"2.0\"")),
+        }
+        let params = match self.params {
+            None | Some(Value::Null) => None,
+            Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
+            Some(_) => return Err(invalid("\"params\" must be an object or an array")),
+        };
+        if let Some(method) = self.method {
+            if self.result.is_some() || self.error.is_some() {
+                return Err(invalid("a request must not carry \"result\" or \"error\""));
+            }
+            return match self.id {
+                None => Ok(Message::Notification(Notification { method, params })),
+                Some(None) => Err(invalid("a request id must not be null")),
+                Some(Some(id)) => Ok(Message::Request(Request { id, method, params })),
+            };
+        }
+        let Some(id) = self.id else {
+            return Err(invalid("neither \"method\" nor \"id\""));
+        };
+        if params.is_some() {
+            return Err(invalid("a response must not carry \"params\""));
+        }
+        let result = match (self.result, self.error) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "a response must not carry both \"result\" and \"error\"",
+                ));
+            }
+            (None, None) => return Err(invalid("a response needs \"result\" or \"error\"")),
+            (Some(result), None) => Ok(result),
+            (None, Some(error)) => Err(error),
+        };
+        if id.is_none() && result.is_ok() {
+            return Err(invalid("a success response must not have a null id"));
+        }
+        Ok(Message::Response(Response { id, result }))
+    }
+}
+
+/// The slow path, only for text that failed the fast path: find out what the text was and recover its id.
+fn diagnose(text: &[u8], error: &serde_json::Error) -> InvalidMessage {
+    let first = text.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    let value: Value = match serde_json::from_slice(text) {
+        Ok(value) => value,
+        Err(parse) => {
+            return InvalidMessage {
+                code: ErrorCode::PARSE_ERROR,
+                id: None,
+                response_like: false,
+                batch: false,
+                reason: lowercase_first(&parse.to_string()),
+            };
+        }
+    };
+    if first == Some(b'[') {
+        return InvalidMessage {
+            code: ErrorCode::INVALID_REQUEST,
+            id: None,
+            response_like: false,
+            batch: true,
+            reason: "batch requests are not supported".to_owned(),
+        };
+    }
+    let Value::Object(map) = value else {
+        return InvalidMessage {
+            code: ErrorCode::INVALID_REQUEST,
+            id: None,
+            response_like: false,
+            batch: false,
+            reason: "a message must be a json object".to_owned(),
+        };
+    };
+    let id = map.get("id").and_then(|id| RequestId::deserialize(id).ok());
+    let response_like =
+        !map.contains_key("method") && (map.contains_key("result") || map.contains_key("error"));
+    InvalidMessage {
+        code: ErrorCode::INVALID_REQUEST,
+        id,
+        response_like,
+        batch: false,
+        reason: lowercase_first(&error.to_string()),
+    }
+}
+
+fn lowercase_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+// ---- serialization (borrowing, so that outgoing messages are written without cloning params) ----
+
+/// `{"jsonrpc":"2.0","id":…,"method":…,"params":…}` borrowing its parts.
+pub(crate) struct RequestRef<'a> {
+    pub(crate) id: &'a RequestId,
+    pub(crate) method: &'a str,
+    pub(crate) params: Option<&'a Value>,
+}
+
+impl Serialize for RequestRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Request", 4)?;
+        st.serialize_field("jsonrpc", JSONRPC_VERSION)?;
+        st.serialize_field("id", self.id)?;
+        st.serialize_field("method", self.method)?;
+        if let Some(params) = self.params {
+            st.serialize_field("params", params)?;
+        }
+        st.end()
+    }
+}
+
+/// `{"jsonrpc":"2.0","method":…,"params":…}` borrowing its parts.
+pub(crate) struct NotificationRef<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) params: Option<&'a Value>,
+}
+
+impl Serialize for NotificationRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Notification", 3)?;
+        st.serialize_field("jsonrpc", JSONRPC_VERSION)?;
+        st.serialize_field("method", self.method)?;
+        if let Some(params) = self.params {
+            st.serialize_field("params", params)?;
+        }
+        st.end()
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":…,"result":…}` / `{…,"error":…}` borrowing its parts.
+pub(crate) struct ResponseRef<'a> {
+    pub(crate) id: Option<&'a RequestId>,
+    pub(crate) result: Result<&'a Value, &'a ErrorObject>,
+}
+
+impl Serialize for ResponseRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Response", 3)?;
+        st.serialize_field("jsonrpc", JSONRPC_VERSION)?;
+        st.serialize_field("id", &self.id)?;
+        match self.result {
+            Ok(result) => st.serialize_field("result", result)?,
+            Err(error) => st.serialize_field("error", error)?,
+        }
+        st.end()
+    }
+}
+
+impl Serialize for Request {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        RequestRef {
+            id: &self.id,
+            method: &self.method,
+            params: self.params.as_ref(),
+        }
+        .serialize(s)
+    }
+}
+
+impl Serialize for Notification {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        NotificationRef {
+            method: &self.method,
+            params: self.params.as_ref(),
+        }
+        .serialize(s)
+    }
+}
+
+impl Serialize for Response {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ResponseRef {
+            id: self.id.as_ref(),
+            result: self.result.as_ref(),
+        }
+        .serialize(s)
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Message::Request(r) => r.serialize(s),
+            Message::Notification(n) => n.serialize(s),
+            Message::Response(r) => r.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Message {
+    /// Strict, as [`Message::from_slice`]; goes through [`Value`] when the deserializer is not serde_json's slice one.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        let text = serde_json::to_vec(&value).map_err(de::Error::custom)?;
+        Message::from_slice(&text).map_err(de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Parses `input` and compares with `expect`: `Ok(message JSON)` re-serialized, or `Err((code, id, answered))`.
+    fn check(input: &str, expect: Result<Value, (i32, Option<RequestId>, bool)>) {
+        match (Message::from_slice(input.as_bytes()), expect) {
+            (Ok(message), Ok(want)) => {
+                let line = message.to_line().unwrap();
+                assert_eq!(line.last(), Some(&b'\n'));
+                let got: Value = serde_json::from_slice(&line).unwrap();
+                assert_eq!(got, want, "input {input}");
+            }
+            (Err(invalid), Err((code, id, answered))) => {
+                assert_eq!(invalid.code, ErrorCode(code), "input {input}: {invalid:?}");
+                assert_eq!(invalid.id, id, "input {input}");
+                assert_eq!(invalid.answer().is_some(), answered, "input {input}");
+            }
+            (got, want) => panic!("input {input}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn valid_messages_round_trip() {
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
+            r#"{"jsonrpc":"2.0","id":"a\nb","method":"m","params":[1,2]}"#,
+            r#"{"jsonrpc":"2.0","id":0,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"x":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":-5,"result":{"a":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":"x","error":{"code":-32800,"message":"request cancelled"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error","data":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"error":{"code":12345,"message":"custom"}}"#,
+            r#"{"jsonrpc":"2.0","id":9223372036854775807,"result":1}"#,
+        ] {
+            check(line, Ok(serde_json::from_str(line).unwrap()));
+        }
+    }
+
+    #[test]
+    fn tolerated_forms_normalize() {
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":null}"#,
+            Ok(json!({"jsonrpc":"2.0","id":1,"method":"m"})),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","method":"m","extra":true}"#,
+            Ok(json!({"jsonrpc":"2.0","method":"m"})),
+        );
+    }
+
+    #[test]
+    fn invalid_messages_are_classified() {
+        let id1 = Some(RequestId::Number(1));
+        check("not json", Err((-32700, None, true)));
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m""#,
+            Err((-32700, None, true)),
+        );
+        check("[]", Err((-32600, None, true)));
+        check(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#,
+            Err((-32600, None, true)),
+        );
+        check("42", Err((-32600, None, true)));
+        check(r#"{"id":1,"method":"m"}"#, Err((-32600, id1.clone(), true)));
+        check(
+            r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":2.0,"id":1,"method":"m"}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            Err((-32600, None, true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+            Err((-32600, None, true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+            Err((-32600, None, true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m"}"#,
+            Err((-32600, None, true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","result":3}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","id":2}"#,
+            Err((-32600, Some(RequestId::Number(2)), true)),
+        );
+        check(r#"{"jsonrpc":"2.0"}"#, Err((-32600, None, true)));
+        // Response-like messages are never answered.
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"x"}}"#,
+            Err((-32600, id1.clone(), false)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            Err((-32600, id1.clone(), true)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":null,"result":1}"#,
+            Err((-32600, None, false)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"error":null}"#,
+            Err((-32600, id1.clone(), false)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#,
+            Err((-32600, id1.clone(), false)),
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":1,"result":1,"params":{}}"#,
+            Err((-32600, id1, false)),
+        );
+    }
+
+    #[test]
+    fn answers_carry_code_and_recovered_id() {
+        let invalid =
+            Message::from_slice(br#"{"jsonrpc":"1.0","id":"q","method":"m"}"#).unwrap_err();
+        let answer = Message::Response(invalid.answer().unwrap());
+        let got: Value = serde_json::from_slice(&answer.to_line().unwrap()).unwrap();
+        assert_eq!(got["id"], json!("q"));
+        assert_eq!(got["error"]["code"], json!(-32600));
+        let batch = Message::from_slice(b"[1]").unwrap_err();
+        let got: Value = serde_json::from_slice(
+            &Message::Response(batch.answer().unwrap())
+                .to_line()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32600,
+            "message":"batch requests are not supported","data":{"reason":"batch requests are not supported"}}})
+        );
+    }
+
+    #[test]
+    fn unknown_error_codes_survive_a_round_trip() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"error":{"code":-31999,"message":"odd","data":[1]}}"#;
+        let Message::Response(Response {
+            result: Err(error), ..
+        }) = Message::from_slice(line.as_bytes()).unwrap()
+        else {
+            panic!("not an error response")
+        };
+        assert_eq!(error.code, ErrorCode(-31999));
+        assert_eq!(error.code.name(), None);
+        check(line, Ok(serde_json::from_str(line).unwrap()));
+    }
+
+    #[test]
+    fn error_code_names_are_stable() {
+        let names: Vec<_> = [
+            ErrorCode::PARSE_ERROR,
+            ErrorCode::INVALID_REQUEST,
+            ErrorCode::METHOD_NOT_FOUND,
+            ErrorCode::INVALID_PARAMS,
+            ErrorCode::INTERNAL_ERROR,
+            ErrorCode::REQUEST_CANCELLED,
+        ]
+        .iter()
+        .map(|c| (c.0, c.name().unwrap()))
+        .collect();
+        assert_eq!(
+            names,
+            [
+                (-32700, "parse_error"),
+                (-32600, "invalid_request"),
+                (-32601, "method_not_found"),
+                (-32602, "invalid_params"),
+                (-32603, "internal_error"),
+                (-32800, "request_cancelled"),
+            ]
+        );
+    }
+
+    #[test]
+    fn request_id_display_is_json() {
+        assert_eq!(RequestId::Number(-3).to_string(), "-3");
+        assert_eq!(RequestId::from("a\"b").to_string(), r#""a\"b""#);
+    }
+
+    #[test]
+    fn message_deserialize_impl_is_strict() {
+        let ok: Message = serde_json::from_value(json!({"jsonrpc":"2.0","method":"m"})).unwrap();
+        assert_eq!(ok, Message::Notification(Notification::new("m", None)));
+        assert!(serde_json::from_value::<Message>(json!({"method":"m"})).is_err());
+    }
+}
