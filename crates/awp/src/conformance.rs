@@ -1,0 +1,1 @@
+//! AWP conformance checks (see the conformance helper).

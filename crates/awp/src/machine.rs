@@ -1,0 +1,850 @@
+//! The sans-IO turn machine: stdout frames, input/exit/timeout/cancel notifications and `now` in;
+//! [`NormalizedEvent`]s, [`Action`]s and the next deadline out. No clock, no IO (quinn-proto style).
+//!
+//! # Turn rules (source: AWP agent CLI protocol "Output JSONL"; `protocols/awp.md` "Rules the host enforces")
+//!
+//! - A turn is *accepted* by [`TurnMachine::handle_input_sent`] (after the one stdin write succeeded). Every
+//!   accepted turn ends with exactly one [`NormalizedEvent::TurnCompleted`], the last event of the turn.
+//! - **Terminal events.** `result` ends the turn in both protocols. In `stream-json` mode *only* `result` does:
+//!   Claude Code wraps a `message_stop` in `stream_event` for *every* assistant message of a multi-step tool
+//!   turn and sends `result` after the last one (`fixtures/recordings/claude-stream-json-partial-two-turns.jsonl`).
+//!   In `awp-jsonl` mode a **top-level** (unwrapped) `message_stop` also ends the turn (success), unless the
+//!   message's last `message_delta` said `stop_reason: "tool_use"` (the agent continues with another message in
+//!   the same turn). A wrapped `stream_event` `message_stop` never ends a turn in either mode.
+//!   A second terminal (e.g. a `result` after a terminal `message_stop`) arrives outside any turn: it is counted
+//!   in [`Counters::output_outside_turn`] and dropped.
+//! - **Failure** = `result.is_error == true` OR `result.subtype != "success"` (so `subtype:"success"` with
+//!   `is_error:true` fails; `result.result` may be absent). Code [`codes::AGENT_ERROR`]; detail = the agent's
+//!   `result` when it looks like a stable code (`[a-z0-9_]{1,64}`), else the subtype.
+//! - **Exit before the terminal** fails the turn with [`codes::AGENT_EXITED_MID_TURN`]. The shell reports the
+//!   exit only after stdout is drained, so a `result` still in the pipe wins.
+//! - **Output before the first input** is a protocol violation: it fails nothing. The line is discarded (never
+//!   rendered), counted in [`Counters::output_before_input`] and logged at `warn` by the shell; the process
+//!   keeps running and the first turn proceeds normally. Rationale: the rule exists so that the first event
+//!   belongs to the host's session; discarding restores that without killing an agent that printed a banner.
+//!   Output between turns is handled the same way ([`Counters::output_outside_turn`]).
+//! - **Session ids** must match `[A-Za-z0-9._:-]{1,256}`. An invalid one (in `init` or `result`) is dropped,
+//!   counted in [`Counters::invalid_session_ids`] and reported as a [`codes::INVALID_SESSION_ID`] notice; it
+//!   never becomes [`NormalizedEvent::SessionStarted`] nor [`TurnOutcome::session_id`]. A valid id different
+//!   from the one resumed with (or reported before) also yields a [`codes::SESSION_ID_CHANGED`] notice.
+//! - **Line limit.** A stdout line over [`Limits::max_line_bytes`] terminates the runtime: the current turn (if
+//!   any) fails with [`codes::STDOUT_LINE_TOO_LONG`], [`Action::StopProcess`] is emitted and no further turn is
+//!   accepted.
+//! - **Idle timeout** (off by default): no stdout line for [`MachineConfig::idle_timeout`] during a turn fails
+//!   it with [`codes::AGENT_IDLE_TIMEOUT`] and terminates the runtime like the line limit.
+//! - **Cancel** fails the turn with [`codes::CANCELLED`] and terminates the runtime.
+//! - **Dedup.** "Render deltas when any arrived for that message id; otherwise render the complete message":
+//!   a complete `assistant` line is suppressed when a `content_block_start`/`content_block_delta` of a streamed
+//!   message with the same `message.id` arrived in this turn (the id is forgotten when a new `message_start`
+//!   reuses it; ids repeat across turns: `msg_1` in both turns of the recording). This holds for text, thinking
+//!   and tool use alike, so a tool use is never emitted twice. Messages without an id are never suppressed.
+//! - Each stdout line is counted in at most one of: too long, before input, outside turn, malformed, unknown.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use agentwire_jsonl::Frame;
+use serde_json::Value;
+
+use crate::event::{Delta, MessageBlock, OutputEvent, ReportedSessionId, ResultEvent, StreamEvent};
+use crate::normalized::codes;
+use crate::{NormalizedEvent, Protocol, SessionId, TurnOutcome, TurnStatus, Usage};
+
+/// Bounds of the machine. Every field is enforced and tested at the limit and one past it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest stdout line in bytes (without its newline). Default 4 MiB (AWP's limit). A longer line
+    /// terminates the runtime with [`codes::STDOUT_LINE_TOO_LONG`]. The shell's decoder uses the same value.
+    pub max_line_bytes: usize,
+    /// Most bytes of accumulated `input_json_delta` text per tool use. Default 4 MiB. Past it the
+    /// accumulation is dropped; the tool use is emitted with `input: null` plus a
+    /// [`codes::TOOL_INPUT_TOO_LARGE`] notice.
+    pub max_tool_input_bytes: usize,
+    /// Most bytes of a [`NormalizedEvent::ToolResult`] `summary`. Default 2048. Longer text is cut at a char
+    /// boundary and the event says `truncated: true`.
+    pub max_summary_bytes: usize,
+    /// Most content blocks open at once within one streamed message. Default 256. A `content_block_start`
+    /// past it is ignored and counted in [`Counters::blocks_over_limit`].
+    pub max_open_blocks: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_line_bytes: agentwire_jsonl::DEFAULT_MAX_LINE_BYTES,
+            max_tool_input_bytes: 4 * 1024 * 1024,
+            max_summary_bytes: 2048,
+            max_open_blocks: 256,
+        }
+    }
+}
+
+/// How the machine interprets a stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachineConfig {
+    /// The agent's dialect (decides whether a top-level `message_stop` is terminal). Default `awp-jsonl`.
+    pub protocol: Protocol,
+    /// Bounds; see [`Limits`].
+    pub limits: Limits,
+    /// Fail a turn after this long without a stdout line. Default `None` (off).
+    pub idle_timeout: Option<Duration>,
+    /// The id passed with `--resume`, if any: a different reported id yields a `session_id_changed` notice.
+    pub resumed_from: Option<SessionId>,
+}
+
+impl MachineConfig {
+    /// Defaults for `protocol`.
+    pub fn new(protocol: Protocol) -> Self {
+        Self {
+            protocol,
+            ..Self::default()
+        }
+    }
+}
+
+/// What the shell must do besides forwarding events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Terminate the agent process (stop ladder). `code` says why (a [`codes`] value).
+    StopProcess {
+        /// Why: `stdout_line_too_long`, `agent_idle_timeout` or `cancelled`.
+        code: &'static str,
+    },
+}
+
+/// How the agent process ended, as the shell observed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// Exit code, when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number, when a signal ended it (Unix).
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    fn describe(self) -> String {
+        match (self.code, self.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "exit status unknown".to_owned(),
+        }
+    }
+}
+
+/// Why [`TurnMachine::handle_input_sent`] refused to start a turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TurnRejected {
+    /// A turn is still running (one turn at a time).
+    #[error("a turn is already in progress")]
+    TurnInProgress,
+    /// The agent process has exited.
+    #[error("the agent process has exited")]
+    Exited,
+    /// The runtime was terminated (line limit, idle timeout, cancel).
+    #[error("the agent runtime was terminated")]
+    Terminated,
+}
+
+impl TurnRejected {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TurnRejected::TurnInProgress => "turn_in_progress",
+            TurnRejected::Exited => "agent_exited",
+            TurnRejected::Terminated => "agent_terminated",
+        }
+    }
+}
+
+/// Counts of everything the machine tolerated. Diagnostics, never rendered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Lines that are not a JSON object with a string `type` (banners, garbage, bad shapes).
+    pub malformed_lines: u64,
+    /// Events with a `type` this crate does not know (skipped).
+    pub unknown_events: u64,
+    /// Lines before the first input line (discarded).
+    pub output_before_input: u64,
+    /// Lines between turns or after the runtime ended (discarded).
+    pub output_outside_turn: u64,
+    /// Lines over [`Limits::max_line_bytes`].
+    pub lines_too_long: u64,
+    /// Reported session ids that failed validation.
+    pub invalid_session_ids: u64,
+    /// Tool inputs whose accumulated JSON did not parse or exceeded the limit.
+    pub invalid_tool_inputs: u64,
+    /// Complete `assistant` lines suppressed because their message was streamed.
+    pub duplicate_messages_suppressed: u64,
+    /// `content_block_start` events ignored because of [`Limits::max_open_blocks`].
+    pub blocks_over_limit: u64,
+    /// Turns accepted.
+    pub turns_started: u64,
+    /// Turns completed (equals `turns_started`, or one less while a turn runs).
+    pub turns_completed: u64,
+}
+
+/// Streamed message ids remembered per turn for dedup (a small ring; the complete `assistant` line follows
+/// its deltas closely).
+const REMEMBERED_STREAMED_IDS: usize = 16;
+
+#[derive(Debug)]
+enum OpenBlock {
+    ToolUse {
+        id: String,
+        name: String,
+        start_input: Value,
+        json: String,
+        too_large: bool,
+    },
+    Other,
+}
+
+#[derive(Debug)]
+struct Turn {
+    last_activity: Instant,
+    streamed_ids: VecDeque<String>,
+    current_message_id: Option<String>,
+    blocks: HashMap<u64, OpenBlock>,
+    last_stop_reason: Option<String>,
+    session_id: Option<SessionId>,
+    finished_usage: Option<Usage>,
+    message_usage: Option<Usage>,
+}
+
+impl Turn {
+    fn new(now: Instant) -> Self {
+        Self {
+            last_activity: now,
+            streamed_ids: VecDeque::new(),
+            current_message_id: None,
+            blocks: HashMap::new(),
+            last_stop_reason: None,
+            session_id: None,
+            finished_usage: None,
+            message_usage: None,
+        }
+    }
+
+    fn mark_streamed(&mut self) {
+        let Some(id) = &self.current_message_id else {
+            return;
+        };
+        if self.streamed_ids.iter().any(|s| s == id) {
+            return;
+        }
+        if self.streamed_ids.len() == REMEMBERED_STREAMED_IDS {
+            self.streamed_ids.pop_front();
+        }
+        self.streamed_ids.push_back(id.clone());
+    }
+
+    fn stream_usage(&self) -> Option<Usage> {
+        match (self.finished_usage, self.message_usage) {
+            (None, None) => None,
+            (a, b) => {
+                let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+                Some(add_usage(a, b))
+            }
+        }
+    }
+}
+
+fn add_usage(a: Usage, b: Usage) -> Usage {
+    let opt = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0).saturating_add(y.unwrap_or(0))),
+    };
+    Usage {
+        input_tokens: a.input_tokens.saturating_add(b.input_tokens),
+        output_tokens: a.output_tokens.saturating_add(b.output_tokens),
+        cache_read_input_tokens: opt(a.cache_read_input_tokens, b.cache_read_input_tokens),
+        cache_creation_input_tokens: opt(
+            a.cache_creation_input_tokens,
+            b.cache_creation_input_tokens,
+        ),
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// No turn running; the process may take the next input.
+    Idle,
+    /// A turn is running.
+    InTurn(Box<Turn>),
+    /// The runtime was terminated by a rule (line limit, idle timeout, cancel); no more turns.
+    Terminated,
+    /// The process exited; no more turns.
+    Exited,
+}
+
+/// The AWP turn state machine for one agent process. See the module docs for the rules.
+#[derive(Debug)]
+pub struct TurnMachine {
+    config: MachineConfig,
+    phase: Phase,
+    first_input_sent: bool,
+    latest_session_id: Option<SessionId>,
+    events: VecDeque<NormalizedEvent>,
+    actions: VecDeque<Action>,
+    counters: Counters,
+}
+
+impl TurnMachine {
+    /// A machine for a freshly spawned process.
+    pub fn new(config: MachineConfig) -> Self {
+        let latest_session_id = config.resumed_from.clone();
+        Self {
+            config,
+            phase: Phase::Idle,
+            first_input_sent: false,
+            latest_session_id,
+            events: VecDeque::new(),
+            actions: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
+    /// The input line of a turn was written: accept the turn.
+    ///
+    /// # Errors
+    /// [`TurnRejected`] when a turn is running or the runtime is over (no turn is started).
+    pub fn handle_input_sent(&mut self, now: Instant) -> Result<(), TurnRejected> {
+        match self.phase {
+            Phase::Idle => {
+                self.first_input_sent = true;
+                self.counters.turns_started += 1;
+                self.phase = Phase::InTurn(Box::new(Turn::new(now)));
+                Ok(())
+            }
+            Phase::InTurn(_) => Err(TurnRejected::TurnInProgress),
+            Phase::Terminated => Err(TurnRejected::Terminated),
+            Phase::Exited => Err(TurnRejected::Exited),
+        }
+    }
+
+    /// One decoded stdout frame.
+    pub fn handle_frame(&mut self, frame: &Frame, now: Instant) {
+        match frame {
+            Frame::Json(bytes) => self.handle_line(bytes, now),
+            Frame::TooLong { bytes_discarded } => self.handle_line_too_long(*bytes_discarded, now),
+            // `Frame` is non-exhaustive: anything else is a line we cannot use.
+            _ => self.handle_malformed_line(now),
+        }
+    }
+
+    /// One complete stdout line (without its newline). Lines over [`Limits::max_line_bytes`] are treated
+    /// exactly like [`handle_line_too_long`](Self::handle_line_too_long).
+    pub fn handle_line(&mut self, line: &[u8], now: Instant) {
+        if line.len() > self.config.limits.max_line_bytes {
+            self.handle_line_too_long(line.len() as u64, now);
+            return;
+        }
+        if !self.accept_output(now) {
+            return;
+        }
+        match OutputEvent::parse(line) {
+            Ok(event) => self.handle_event(event, now),
+            Err(err) => {
+                tracing::debug!(code = err.code(), "malformed agent stdout line: {err}");
+                self.counters.malformed_lines += 1;
+            }
+        }
+    }
+
+    /// A stdout line that is not JSON (banner, invalid UTF-8, …).
+    pub fn handle_malformed_line(&mut self, now: Instant) {
+        if self.accept_output(now) {
+            self.counters.malformed_lines += 1;
+        }
+    }
+
+    /// A stdout line over the limit (`bytes` long) was discarded: terminate the runtime.
+    pub fn handle_line_too_long(&mut self, bytes: u64, _now: Instant) {
+        self.counters.lines_too_long += 1;
+        match self.phase {
+            Phase::Exited | Phase::Terminated => {}
+            Phase::Idle | Phase::InTurn(_) => {
+                self.terminate(
+                    codes::STDOUT_LINE_TOO_LONG,
+                    Some(format!(
+                        "line of {bytes} bytes exceeds the limit of {} bytes",
+                        self.config.limits.max_line_bytes
+                    )),
+                );
+            }
+        }
+    }
+
+    /// The process exited (call after stdout was drained).
+    pub fn handle_exit(&mut self, exit: ExitInfo, _now: Instant) {
+        if matches!(self.phase, Phase::InTurn(_)) {
+            self.complete(TurnStatus::Failed {
+                code: codes::AGENT_EXITED_MID_TURN.to_owned(),
+                detail: Some(exit.describe()),
+            });
+        }
+        self.phase = Phase::Exited;
+    }
+
+    /// Time passed: fails the turn with `agent_idle_timeout` once [`poll_timeout`](Self::poll_timeout) is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.poll_timeout().is_some_and(|deadline| now >= deadline) {
+            self.terminate(codes::AGENT_IDLE_TIMEOUT, None);
+        }
+    }
+
+    /// The host cancels: the running turn (if any) fails with `cancelled`; the runtime is terminated.
+    /// Returns true when a turn was running.
+    pub fn handle_cancel(&mut self, _now: Instant) -> bool {
+        match self.phase {
+            Phase::InTurn(_) | Phase::Idle => {
+                let was_in_turn = matches!(self.phase, Phase::InTurn(_));
+                self.terminate(codes::CANCELLED, None);
+                was_in_turn
+            }
+            Phase::Terminated | Phase::Exited => false,
+        }
+    }
+
+    /// The next normalized event, in order; drain until `None` after every `handle_*` call.
+    pub fn poll_event(&mut self) -> Option<NormalizedEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next action for the shell.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next (idle deadline of the running turn).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (&self.phase, self.config.idle_timeout) {
+            (Phase::InTurn(turn), Some(idle)) => turn.last_activity.checked_add(idle),
+            _ => None,
+        }
+    }
+
+    /// True while a turn is running.
+    pub fn in_turn(&self) -> bool {
+        matches!(self.phase, Phase::InTurn(_))
+    }
+
+    /// True once the process exited or the runtime was terminated (no more turns).
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Exited | Phase::Terminated)
+    }
+
+    /// True once the process exit was handled.
+    pub fn has_exited(&self) -> bool {
+        matches!(self.phase, Phase::Exited)
+    }
+
+    /// The latest valid session id reported (or resumed from).
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.latest_session_id.as_ref()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Checks the phase for an incoming line; false when the line is discarded (and counted).
+    fn accept_output(&mut self, now: Instant) -> bool {
+        match &mut self.phase {
+            Phase::InTurn(turn) => {
+                turn.last_activity = now;
+                true
+            }
+            Phase::Idle if !self.first_input_sent => {
+                self.counters.output_before_input += 1;
+                tracing::warn!("agent wrote to stdout before the first input line (discarded)");
+                false
+            }
+            _ => {
+                self.counters.output_outside_turn += 1;
+                tracing::debug!("agent wrote to stdout outside a turn (discarded)");
+                false
+            }
+        }
+    }
+
+    fn terminate(&mut self, code: &'static str, detail: Option<String>) {
+        if matches!(self.phase, Phase::InTurn(_)) {
+            self.complete(TurnStatus::Failed {
+                code: code.to_owned(),
+                detail,
+            });
+        }
+        self.phase = Phase::Terminated;
+        self.actions.push_back(Action::StopProcess { code });
+    }
+
+    fn emit(&mut self, event: NormalizedEvent) {
+        self.events.push_back(event);
+    }
+
+    fn notice(&mut self, kind: &str, detail: Option<String>) {
+        self.emit(NormalizedEvent::Notice {
+            kind: kind.to_owned(),
+            detail,
+        });
+    }
+
+    fn turn(&mut self) -> Option<&mut Turn> {
+        match &mut self.phase {
+            Phase::InTurn(turn) => Some(turn),
+            _ => None,
+        }
+    }
+
+    /// Emits `TurnCompleted` for the running turn and returns to idle.
+    fn complete(&mut self, status: TurnStatus) {
+        self.complete_with(status, None);
+    }
+
+    fn complete_with(&mut self, status: TurnStatus, result: Option<ResultEvent>) {
+        let Phase::InTurn(turn) = std::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        let mut outcome = TurnOutcome::new(status);
+        outcome.session_id = turn.session_id.clone();
+        outcome.usage = turn.stream_usage();
+        if let Some(result) = result {
+            if result.usage.is_some() {
+                outcome.usage = result.usage;
+            }
+            outcome.result_text = result.result;
+            outcome.duration_ms = result.duration_ms;
+            outcome.total_cost_usd = result.total_cost_usd;
+        }
+        self.counters.turns_completed += 1;
+        self.emit(NormalizedEvent::TurnCompleted(outcome));
+    }
+
+    fn report_session_id(
+        &mut self,
+        reported: Option<ReportedSessionId>,
+        model: Option<String>,
+        started: bool,
+    ) {
+        match reported {
+            None => {}
+            Some(Err(err)) => {
+                self.counters.invalid_session_ids += 1;
+                tracing::warn!("agent reported an invalid session id: {err}");
+                self.notice(codes::INVALID_SESSION_ID, Some(err.to_string()));
+            }
+            Some(Ok(id)) => {
+                if let Some(previous) = self.latest_session_id.as_ref().filter(|p| **p != id) {
+                    let detail = format!("{previous} -> {id}");
+                    self.notice(codes::SESSION_ID_CHANGED, Some(detail));
+                }
+                self.latest_session_id = Some(id.clone());
+                if let Some(turn) = self.turn() {
+                    turn.session_id = Some(id.clone());
+                }
+                if started {
+                    self.emit(NormalizedEvent::SessionStarted {
+                        session_id: id,
+                        model,
+                    });
+                }
+            }
+        }
+    }
+
+    fn handle_event(&mut self, event: OutputEvent, now: Instant) {
+        match event {
+            OutputEvent::SystemInit { session_id, model } => {
+                self.report_session_id(session_id, model, true)
+            }
+            OutputEvent::System { subtype } => self.notice("system", subtype),
+            OutputEvent::Assistant {
+                message_id,
+                content,
+            } => self.handle_assistant(message_id, content),
+            OutputEvent::User { tool_results } => {
+                let max = self.config.limits.max_summary_bytes;
+                for result in tool_results {
+                    let (summary, truncated) = summarize(&result.text, max);
+                    self.emit(NormalizedEvent::ToolResult {
+                        tool_use_id: result.tool_use_id,
+                        is_error: result.is_error,
+                        summary,
+                        truncated,
+                    });
+                }
+            }
+            OutputEvent::Stream { event, wrapped } => self.handle_stream(event, wrapped, now),
+            OutputEvent::Result(result) => self.handle_result(result),
+            OutputEvent::Control {
+                event_type,
+                subtype,
+            } => self.notice(&event_type, subtype),
+            OutputEvent::Informational { event_type } => {
+                if event_type != "keep_alive" {
+                    self.notice(&event_type, None);
+                }
+            }
+            OutputEvent::Unknown { event_type } => {
+                tracing::debug!(event_type, "unknown agent event type (skipped)");
+                self.counters.unknown_events += 1;
+            }
+            // `OutputEvent` is non-exhaustive within this crate's future versions.
+            #[allow(unreachable_patterns)]
+            _ => self.counters.unknown_events += 1,
+        }
+    }
+
+    fn handle_assistant(&mut self, message_id: Option<String>, content: Vec<MessageBlock>) {
+        let streamed = match (self.turn(), &message_id) {
+            (Some(turn), Some(id)) => turn.streamed_ids.iter().any(|s| s == id),
+            _ => false,
+        };
+        if streamed {
+            self.counters.duplicate_messages_suppressed += 1;
+            return;
+        }
+        for block in content {
+            match block {
+                MessageBlock::Text(text) if !text.is_empty() => {
+                    self.emit(NormalizedEvent::TextDelta { text })
+                }
+                MessageBlock::Thinking(text) if !text.is_empty() => {
+                    self.emit(NormalizedEvent::ThinkingDelta { text });
+                }
+                MessageBlock::ToolUse { id, name, input } => {
+                    self.emit(NormalizedEvent::ToolUse { id, name, input })
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn handle_result(&mut self, result: ResultEvent) {
+        let session_id = result.session_id.clone();
+        self.report_session_id(session_id, None, false);
+        let status = if result.is_failure() {
+            let detail = match result.result.as_deref() {
+                Some(code) if is_stable_code(code) => Some(code.to_owned()),
+                _ => match result.subtype.as_deref() {
+                    Some("success") | None => Some(
+                        if result.is_error == Some(true) {
+                            "is_error"
+                        } else {
+                            "no_subtype"
+                        }
+                        .to_owned(),
+                    ),
+                    Some(subtype) => Some(subtype.to_owned()),
+                },
+            };
+            TurnStatus::Failed {
+                code: codes::AGENT_ERROR.to_owned(),
+                detail,
+            }
+        } else {
+            TurnStatus::Success
+        };
+        self.complete_with(status, Some(result));
+    }
+
+    fn handle_stream(&mut self, event: StreamEvent, wrapped: bool, _now: Instant) {
+        let protocol = self.config.protocol;
+        let limits = self.config.limits.clone();
+        let mut out: Vec<NormalizedEvent> = Vec::new();
+        let mut terminal = false;
+        let mut notices: Vec<(&'static str, Option<String>)> = Vec::new();
+        let mut over_limit = false;
+        let mut invalid_input = false;
+        let mut unknown = false;
+        {
+            let Some(turn) = self.turn() else { return };
+            match event {
+                StreamEvent::MessageStart { message_id, usage } => {
+                    if let Some(id) = &message_id {
+                        turn.streamed_ids.retain(|s| s != id);
+                    }
+                    turn.current_message_id = message_id;
+                    turn.blocks.clear();
+                    turn.last_stop_reason = None;
+                    if let Some(previous) = turn.message_usage.take() {
+                        turn.finished_usage =
+                            Some(add_usage(turn.finished_usage.unwrap_or_default(), previous));
+                    }
+                    turn.message_usage = usage;
+                }
+                StreamEvent::MessageDelta { stop_reason, usage } => {
+                    if stop_reason.is_some() {
+                        turn.last_stop_reason = stop_reason;
+                    }
+                    if let Some(delta) = usage {
+                        let current = turn.message_usage.get_or_insert_with(Usage::default);
+                        current.output_tokens = delta.output_tokens;
+                        if delta.input_tokens > 0 {
+                            current.input_tokens = delta.input_tokens;
+                        }
+                        current.cache_read_input_tokens = delta
+                            .cache_read_input_tokens
+                            .or(current.cache_read_input_tokens);
+                        current.cache_creation_input_tokens = delta
+                            .cache_creation_input_tokens
+                            .or(current.cache_creation_input_tokens);
+                    }
+                }
+                StreamEvent::MessageStop => {
+                    terminal = protocol == Protocol::AwpJsonl
+                        && !wrapped
+                        && turn.last_stop_reason.as_deref() != Some("tool_use");
+                    turn.current_message_id = None;
+                    turn.blocks.clear();
+                }
+                StreamEvent::ContentBlockStart { index, block } => {
+                    if !turn.blocks.contains_key(&index)
+                        && turn.blocks.len() >= limits.max_open_blocks
+                    {
+                        over_limit = true;
+                    } else {
+                        turn.mark_streamed();
+                        let open = match block {
+                            MessageBlock::Text(text) => {
+                                if !text.is_empty() {
+                                    out.push(NormalizedEvent::TextDelta { text });
+                                }
+                                OpenBlock::Other
+                            }
+                            MessageBlock::Thinking(text) => {
+                                if !text.is_empty() {
+                                    out.push(NormalizedEvent::ThinkingDelta { text });
+                                }
+                                OpenBlock::Other
+                            }
+                            MessageBlock::ToolUse { id, name, input } => OpenBlock::ToolUse {
+                                id,
+                                name,
+                                start_input: input,
+                                json: String::new(),
+                                too_large: false,
+                            },
+                            MessageBlock::Other => OpenBlock::Other,
+                        };
+                        turn.blocks.insert(index, open);
+                    }
+                }
+                StreamEvent::ContentBlockDelta { index, delta } => {
+                    turn.mark_streamed();
+                    match delta {
+                        Delta::Text(text) if !text.is_empty() => {
+                            out.push(NormalizedEvent::TextDelta { text })
+                        }
+                        Delta::Thinking(text) if !text.is_empty() => {
+                            out.push(NormalizedEvent::ThinkingDelta { text });
+                        }
+                        Delta::InputJson(part) => {
+                            if let Some(OpenBlock::ToolUse {
+                                json,
+                                too_large: too_large @ false,
+                                ..
+                            }) = turn.blocks.get_mut(&index)
+                            {
+                                if json.len().saturating_add(part.len())
+                                    > limits.max_tool_input_bytes
+                                {
+                                    *too_large = true;
+                                    *json = String::new();
+                                } else {
+                                    json.push_str(&part);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                StreamEvent::ContentBlockStop { index } => {
+                    if let Some(OpenBlock::ToolUse {
+                        id,
+                        name,
+                        start_input,
+                        json,
+                        too_large,
+                    }) = turn.blocks.remove(&index)
+                    {
+                        let input = if too_large {
+                            invalid_input = true;
+                            notices.push((
+                                codes::TOOL_INPUT_TOO_LARGE,
+                                Some(format!("tool use {id}")),
+                            ));
+                            Value::Null
+                        } else if json.trim().is_empty() {
+                            start_input
+                        } else {
+                            match serde_json::from_str::<Value>(&json) {
+                                Ok(value) => value,
+                                Err(err) => {
+                                    invalid_input = true;
+                                    notices.push((
+                                        codes::INVALID_TOOL_INPUT_JSON,
+                                        Some(format!("tool use {id}: {err}")),
+                                    ));
+                                    Value::Null
+                                }
+                            }
+                        };
+                        out.push(NormalizedEvent::ToolUse { id, name, input });
+                    }
+                }
+                StreamEvent::Ping => {}
+                StreamEvent::Error { error_type } => notices.push(("stream_error", error_type)),
+                StreamEvent::Unknown { .. } => unknown = true,
+                #[allow(unreachable_patterns)]
+                _ => unknown = true,
+            }
+        }
+        if over_limit {
+            self.counters.blocks_over_limit += 1;
+        }
+        if invalid_input {
+            self.counters.invalid_tool_inputs += 1;
+        }
+        if unknown {
+            self.counters.unknown_events += 1;
+        }
+        for (kind, detail) in notices {
+            self.notice(kind, detail);
+        }
+        self.events.extend(out);
+        if terminal {
+            self.complete(TurnStatus::Success);
+        }
+    }
+}
+
+/// `[a-z0-9_]{1,64}`: the agent's `result` is a machine-readable code, not prose.
+fn is_stable_code(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// At most `max` bytes of `text`, cut at a char boundary; true when cut.
+fn summarize(text: &str, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text.to_owned(), false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text.get(..end).unwrap_or_default().to_owned(), true)
+}
