@@ -21,6 +21,7 @@ pub mod input;
 pub mod launch;
 pub mod machine;
 pub mod normalized;
+pub mod session;
 mod session_id;
 
 pub use event::{EventError, OutputEvent};
@@ -28,4 +29,5 @@ pub use input::{ContentBlock, shutdown_line, user_line};
 pub use launch::{LaunchConfig, LaunchError, LaunchPlan, Protocol};
 pub use machine::{Action, Counters, ExitInfo, Limits, MachineConfig, TurnMachine, TurnRejected};
 pub use normalized::{NormalizedEvent, TurnOutcome, TurnStatus, Usage, codes};
+pub use session::{AgentSession, Diagnostics, SessionOptions, SpawnError, TurnError};
 pub use session_id::{InvalidSessionId, MAX_SESSION_ID_BYTES, SessionId};
