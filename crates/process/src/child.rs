@@ -15,8 +15,9 @@ use crate::signal::{GroupSignal, signal_group};
 use crate::stdio::{self, StderrTail, Stdin, Stdout};
 
 /// Supervision settings of a child. Every field is a bound; see each for its default and what happens past it.
+///
+/// Construct with `ChildConfig { drain_window: Duration::from_millis(500), ..ChildConfig::default() }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct ChildConfig {
     /// After the direct child exits, how long stdout/stderr readers keep waiting for output already in flight.
     ///
@@ -114,7 +115,6 @@ impl fmt::Display for ExitStatus {
 ///
 /// Source: `protocols/awp.md` ("Stop"), DESIGN.md invariant 4. Default: no final line, 5 s, 3 s.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct StopPlan {
     /// A line written to stdin before closing it (e.g. `{"type":"shutdown"}`); `\n` is appended. Default none.
     pub final_stdin_line: Option<Vec<u8>>,

@@ -335,8 +335,9 @@ impl<R: AsyncRead + Unpin> PipeReader<R> {
         }
         if !self.deadline_passed {
             buf.reserve(self.chunk_bytes);
+            let mut limited = (&mut *buf).limit(self.chunk_bytes);
             tokio::select! {
-                read = self.pipe.read_buf(buf) => return classify(read),
+                read = self.pipe.read_buf(&mut limited) => return classify(read),
                 () = drain_deadline(&mut self.exit, self.drain_window) => self.deadline_passed = true,
             }
         }

@@ -1,0 +1,211 @@
+//! Spawning: typed spawn errors with stable codes, and the allowlisted environment, with real children.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use agentwire_process::{Command, OS_ENV_ALLOWLIST, SpawnError};
+use common::{guard, read_to_end, sh};
+
+/// Spawns `cmd` and checks the error's code, that its message names `program` and never leaks `secret`.
+fn check_spawn_error(cmd: &mut Command, program: &str, expect_code: &str) {
+    let secret = "hunter2-secret-value";
+    cmd.env("AGENTWIRE_TEST_SECRET", secret);
+    let err = match cmd.spawn() {
+        Err(err) => err,
+        Ok(_) => panic!("spawning {program} should fail with {expect_code}"),
+    };
+    assert_eq!(err.code(), expect_code, "{err}");
+    assert_eq!(err.program(), program);
+    let (message, debug) = (err.to_string(), format!("{err:?}"));
+    assert!(message.contains(program), "{message}");
+    assert!(
+        !message.contains(secret) && !debug.contains(secret),
+        "secret leaked: {message} / {debug}"
+    );
+    assert_eq!(
+        message,
+        message
+            .to_lowercase()
+            .replace(&program.to_lowercase(), program),
+        "lowercase message"
+    );
+}
+
+#[tokio::test]
+async fn missing_executable_is_executable_not_found() {
+    check_spawn_error(
+        &mut Command::new("/nonexistent/agentwire-prog"),
+        "/nonexistent/agentwire-prog",
+        "executable_not_found",
+    );
+    let mut on_path = Command::new("agentwire-no-such-program");
+    on_path.inherit_os_env();
+    check_spawn_error(
+        &mut on_path,
+        "agentwire-no-such-program",
+        "executable_not_found",
+    );
+}
+
+#[tokio::test]
+async fn file_without_execute_bit_or_directory_is_not_executable() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("agent.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let script = script.to_str().unwrap().to_owned();
+    check_spawn_error(&mut Command::new(&script), &script, "not_executable");
+
+    let dir_path = dir.path().to_str().unwrap().to_owned();
+    check_spawn_error(&mut Command::new(&dir_path), &dir_path, "not_executable");
+}
+
+#[tokio::test]
+async fn missing_working_directory_is_reported_as_such() {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.current_dir("/nonexistent/agentwire-dir");
+    check_spawn_error(&mut cmd, "/bin/sh", "working_dir_not_found");
+}
+
+#[test]
+fn spawn_outside_a_runtime_is_a_typed_error() {
+    check_spawn_error(&mut Command::new("/bin/sh"), "/bin/sh", "no_tokio_runtime");
+}
+
+#[tokio::test]
+async fn executable_with_an_exec_bit_runs_from_its_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("agent.sh");
+    std::fs::write(&script, "#!/bin/sh\npwd\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = Command::new("./agent.sh")
+        .current_dir(dir.path())
+        .inherit_os_env()
+        .spawn()
+        .expect("spawn");
+    let (out, _) = read_to_end(&mut child.take_stdout().expect("stdout")).await;
+    let expected = format!("{}\n", dir.path().canonicalize().unwrap().display());
+    assert_eq!(String::from_utf8_lossy(&out), expected);
+}
+
+/// Runs `env` via `cmd` and returns the variable names the child saw.
+async fn child_env_names(mut cmd: Command) -> Vec<String> {
+    let mut child = cmd.spawn().expect("spawn");
+    let (out, _) = read_to_end(&mut child.take_stdout().expect("stdout")).await;
+    assert!(guard("wait", child.wait()).await.success());
+    String::from_utf8(out)
+        .expect("utf-8")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k.to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn environment_holds_only_allowlisted_and_explicit_variables() {
+    // Set by `cargo test` in this process, and on no allowlist: it must not reach the child.
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "precondition: run under cargo test"
+    );
+    assert!(
+        std::env::var_os("PATH").is_some(),
+        "precondition: PATH is set"
+    );
+
+    let mut cmd = Command::new("env");
+    cmd.inherit_os_env().env("AGENTWIRE_EXPLICIT", "1");
+    let names = child_env_names(cmd).await;
+    assert!(names.iter().any(|n| n == "PATH"), "{names:?}");
+    assert!(names.iter().any(|n| n == "AGENTWIRE_EXPLICIT"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("CARGO")),
+        "host variables leaked: {names:?}"
+    );
+    for name in &names {
+        let allowed = OS_ENV_ALLOWLIST.contains(&name.as_str())
+            || name.starts_with("LC_")
+            || name == "AGENTWIRE_EXPLICIT";
+        assert!(allowed, "{name} is neither allowlisted nor explicit");
+    }
+
+    let mut named = Command::new("env");
+    named.inherit_env(["CARGO_PKG_NAME", "AGENTWIRE_UNSET_VARIABLE"]);
+    assert_eq!(
+        child_env_names(named).await,
+        ["CARGO_PKG_NAME"],
+        "inherit_env copies exactly the named, set variables"
+    );
+}
+
+#[tokio::test]
+async fn a_new_command_starts_with_an_empty_environment() {
+    assert_eq!(
+        child_env_names(Command::new("/usr/bin/env")).await,
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn arguments_are_passed_verbatim_without_a_shell() {
+    let tricky = ["$HOME", "a b", "'q'", "; echo pwned", "*", "--flag=-x", ""];
+    let mut cmd = sh(r#"for a in "$@"; do printf '[%s]' "$a"; done"#);
+    cmd.arg("sh").args(tricky);
+    let mut child = cmd.spawn().expect("spawn");
+    let (out, _) = read_to_end(&mut child.take_stdout().expect("stdout")).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "[$HOME][a b]['q'][; echo pwned][*][--flag=-x][]"
+    );
+}
+
+#[test]
+fn every_spawn_error_has_a_stable_code() {
+    let program = || "p".to_owned();
+    let cases = [
+        (
+            SpawnError::NotFound { program: program() },
+            "executable_not_found",
+        ),
+        (
+            SpawnError::PermissionDenied { program: program() },
+            "permission_denied",
+        ),
+        (
+            SpawnError::NotExecutable { program: program() },
+            "not_executable",
+        ),
+        (
+            SpawnError::WorkingDirNotFound {
+                program: program(),
+                dir: "d".into(),
+            },
+            "working_dir_not_found",
+        ),
+        (
+            SpawnError::NoRuntime { program: program() },
+            "no_tokio_runtime",
+        ),
+        (
+            SpawnError::Io {
+                program: program(),
+                source: std::io::Error::other("x"),
+            },
+            "spawn_failed",
+        ),
+    ];
+    for (err, code) in cases {
+        assert_eq!(err.code(), code, "{err}");
+    }
+}
+
+#[tokio::test]
+async fn file_with_an_unknown_format_is_not_executable() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("garbage");
+    std::fs::write(&binary, [0x7f, b'E', b'L', b'F', 0, 0, 0, 0, 1, 2, 3]).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let binary = binary.to_str().unwrap().to_owned();
+    check_spawn_error(&mut Command::new(&binary), &binary, "not_executable");
+}
