@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use agentwire_jsonl::{Frame, JsonlDecoder, Limits};
 use bytes::BytesMut;
+use futures_util::Stream;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
@@ -254,11 +255,75 @@ impl Connection {
         )
     }
 
+    /// A connection over the process's own stdin (the peer's output) and stdout (the peer's input): for an agent
+    /// or a fixture launched by a host. Stdout must carry nothing but protocol lines: log to stderr.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn stdio(config: Config) -> (Connection, Incoming) {
+        Connection::new(tokio::io::stdin(), tokio::io::stdout(), config)
+    }
+
+    /// A connection over frames someone else decoded and a function that writes lines: for a child started by
+    /// `agentwire-process`, whose stdout is a stream of `agentwire_jsonl::Frame`s and whose stdin a line writer.
+    ///
+    /// `write` gets one or more complete lines (each ending in `\n`) per call, in order, one call at a time; an
+    /// error closes the connection ([`CloseReason::WriteFailed`]). The end of `frames` is the peer's EOF.
+    /// [`Config::max_line_bytes`] does not apply here: the frames' decoder has its own limit (set it to
+    /// [`DEFAULT_MAX_LINE_BYTES`] or more for ACP). Closing the connection does not close the child's stdin.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use agentwire_jsonrpc::{Config, Connection, DEFAULT_MAX_LINE_BYTES};
+    /// use agentwire_process::{Command, StdoutItem};
+    /// use futures_util::StreamExt;
+    ///
+    /// let limits = agentwire_jsonl::Limits { max_line_bytes: DEFAULT_MAX_LINE_BYTES, ..Default::default() };
+    /// let mut child = Command::new("my-acp-agent").inherit_os_env().stdout_jsonl(limits).spawn()?;
+    /// let stdin = child.stdin();
+    /// let frames = child.take_stdout().ok_or("stdout taken")?.filter_map(|item| async move {
+    ///     match item {
+    ///         StdoutItem::Frame(frame) => Some(frame),
+    ///         _ => None,
+    ///     }
+    /// });
+    /// let write = move |lines: Vec<u8>| {
+    ///     let stdin = stdin.clone();
+    ///     async move { stdin.write_all(&lines).await.map_err(std::io::Error::other) }
+    /// };
+    /// let (connection, incoming) = Connection::from_frames(Box::pin(frames), write, Config::default());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn from_frames<F, W, Fut>(frames: F, mut write: W, config: Config) -> (Connection, Incoming)
+    where
+        F: Stream<Item = Frame> + Send + 'static,
+        W: FnMut(Vec<u8>) -> Fut + Send + 'static,
+        Fut: Future<Output = std::io::Result<()>> + Send + 'static,
+    {
+        let write: WriteFn = Box::new(move |lines| Box::pin(write(lines)));
+        Connection::start(
+            FrameSource::Frames(Box::pin(frames)),
+            LineSink::Write(write),
+            config,
+        )
+    }
+
     fn new_boxed(
         reader: Box<dyn AsyncRead + Send + Unpin>,
         writer: Box<dyn AsyncWrite + Send + Unpin>,
         config: Config,
     ) -> (Connection, Incoming) {
+        let source = FrameSource::bytes(reader, config.max_line_bytes);
+        let sink = LineSink::Io(BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer));
+        Connection::start(source, sink, config)
+    }
+
+    fn start(source: FrameSource, sink: LineSink, config: Config) -> (Connection, Incoming) {
         let (out_tx, out_rx) = mpsc::channel(config.outgoing_queue.max(1));
         let (incoming_tx, incoming_rx) = mpsc::channel(config.incoming_queue.max(1));
         let shared = Arc::new(Shared {
@@ -279,8 +344,8 @@ impl Connection {
             out: out_tx.downgrade(),
             incoming: incoming_tx,
         };
-        tokio::spawn(reader_task.run(reader));
-        tokio::spawn(write_loop(writer, out_rx, shared.clone()));
+        tokio::spawn(reader_task.run(source));
+        tokio::spawn(write_loop(sink, out_rx, shared.clone()));
         let incoming = Incoming::new(incoming_rx, out_tx.clone());
         (
             Connection {
@@ -569,38 +634,75 @@ enum Route {
     Nothing,
 }
 
-impl Reader {
-    async fn run(self, mut reader: Box<dyn AsyncRead + Send + Unpin>) {
+/// Where the reader gets its frames: bytes it frames itself, or frames someone else decoded.
+enum FrameSource {
+    Bytes {
+        reader: Box<dyn AsyncRead + Send + Unpin>,
+        decoder: JsonlDecoder,
+        buf: BytesMut,
+        eof: bool,
+    },
+    Frames(Pin<Box<dyn Stream<Item = Frame> + Send>>),
+}
+
+impl FrameSource {
+    fn bytes(reader: Box<dyn AsyncRead + Send + Unpin>, max_line_bytes: usize) -> Self {
         let limits = Limits {
-            max_line_bytes: self.shared.config.max_line_bytes,
+            max_line_bytes,
             ..Limits::default()
         };
         // Framing only: the line is parsed once, by `Message::from_slice`, which also reports non-JSON (-32700).
-        let mut decoder = JsonlDecoder::framing_only(limits);
-        let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
-        let stop = self.shared.writer_done.clone();
-        let reason = 'read: loop {
-            while let Some(frame) = decoder.decode(&mut buf) {
-                if !self.handle(frame).await {
-                    break 'read CloseReason::Closed;
-                }
+        FrameSource::Bytes {
+            reader,
+            decoder: JsonlDecoder::framing_only(limits),
+            buf: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            eof: false,
+        }
+    }
+
+    /// The next frame; `Ok(None)` at the end of the input. Cancel-safe.
+    async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        match self {
+            FrameSource::Frames(frames) => {
+                Ok(std::future::poll_fn(|cx| frames.as_mut().poll_next(cx)).await)
             }
-            buf.reserve(READ_CHUNK_BYTES);
-            let read = tokio::select! {
-                read = reader.read_buf(&mut buf) => read,
-                () = stop.cancelled() => break 'read CloseReason::Closed,
-            };
-            match read {
-                Ok(0) => {
-                    while let Some(frame) = decoder.decode_eof(&mut buf) {
-                        if !self.handle(frame).await {
-                            break;
-                        }
-                    }
-                    break 'read CloseReason::Eof;
+            FrameSource::Bytes {
+                reader,
+                decoder,
+                buf,
+                eof,
+            } => loop {
+                if *eof {
+                    return Ok(decoder.decode_eof(buf));
                 }
-                Ok(_) => {}
-                Err(error) => break 'read CloseReason::ReadFailed(error.to_string()),
+                if let Some(frame) = decoder.decode(buf) {
+                    return Ok(Some(frame));
+                }
+                buf.reserve(READ_CHUNK_BYTES);
+                if reader.read_buf(buf).await? == 0 {
+                    *eof = true;
+                }
+            },
+        }
+    }
+}
+
+impl Reader {
+    async fn run(self, mut source: FrameSource) {
+        let stop = self.shared.writer_done.clone();
+        let reason = loop {
+            let next = tokio::select! {
+                next = source.next() => next,
+                () = stop.cancelled() => break CloseReason::Closed,
+            };
+            match next {
+                Ok(Some(frame)) => {
+                    if !self.handle(frame).await {
+                        break CloseReason::Closed;
+                    }
+                }
+                Ok(None) => break CloseReason::Eof,
+                Err(error) => break CloseReason::ReadFailed(error.to_string()),
             }
         };
         self.shared.close(reason);
@@ -820,15 +922,58 @@ fn answer(response: &Response) -> Route {
     }
 }
 
+/// A function that writes one chunk of complete lines, for [`Connection::from_frames`].
+type WriteFn =
+    Box<dyn FnMut(Vec<u8>) -> Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> + Send>;
+
+/// Where the writer task puts lines.
+enum LineSink {
+    Io(BufWriter<Box<dyn AsyncWrite + Send + Unpin>>),
+    Write(WriteFn),
+}
+
+impl LineSink {
+    /// Writes one line and whatever else is queued, then flushes once.
+    async fn write_batch(
+        &mut self,
+        first: Vec<u8>,
+        lines: &mut mpsc::Receiver<Vec<u8>>,
+    ) -> std::io::Result<()> {
+        match self {
+            LineSink::Io(writer) => {
+                writer.write_all(&first).await?;
+                while let Ok(line) = lines.try_recv() {
+                    writer.write_all(&line).await?;
+                }
+                writer.flush().await
+            }
+            LineSink::Write(write) => {
+                let mut chunk = first;
+                // Coalesce what is queued into one write, up to a bound, so a storm of small lines is one syscall.
+                while chunk.len() < WRITE_BUFFER_BYTES {
+                    let Ok(line) = lines.try_recv() else { break };
+                    chunk.extend_from_slice(&line);
+                }
+                write(chunk).await
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            LineSink::Io(writer) => {
+                writer.flush().await?;
+                writer.shutdown().await
+            }
+            LineSink::Write(_) => Ok(()),
+        }
+    }
+}
+
 /// The writer task: the only writer of the stream. Writes each queued line, coalescing what is queued into one
 /// flush; on a write error closes the connection (every pending call fails). Ends when every sender is dropped or
 /// on [`Connection::close`], after flushing and shutting the stream down.
-async fn write_loop(
-    writer: Box<dyn AsyncWrite + Send + Unpin>,
-    mut lines: mpsc::Receiver<Vec<u8>>,
-    shared: Arc<Shared>,
-) {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER_BYTES, writer);
+async fn write_loop(mut sink: LineSink, mut lines: mpsc::Receiver<Vec<u8>>, shared: Arc<Shared>) {
     let result: std::io::Result<()> = async {
         loop {
             let line = tokio::select! {
@@ -840,19 +985,14 @@ async fn write_loop(
                 () = shared.shutdown.cancelled() => {
                     lines.close();
                     while let Ok(line) = lines.try_recv() {
-                        writer.write_all(&line).await?;
+                        sink.write_batch(line, &mut lines).await?;
                     }
                     break;
                 }
             };
-            writer.write_all(&line).await?;
-            while let Ok(line) = lines.try_recv() {
-                writer.write_all(&line).await?;
-            }
-            writer.flush().await?;
+            sink.write_batch(line, &mut lines).await?;
         }
-        writer.flush().await?;
-        writer.shutdown().await
+        sink.shutdown().await
     }
     .await;
     match result {
