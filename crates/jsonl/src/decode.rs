@@ -55,8 +55,11 @@ pub enum Frame {
     ///
     /// The bytes are the line verbatim **without** its `\n` / `\r\n` terminator (surrounding spaces kept),
     /// split from the read buffer without copying, so relays can forward them as they came.
-    /// They are valid UTF-8 and parse as exactly one JSON value (nesting depth at most 128, serde_json's
-    /// recursion limit), unless the decoder was built with [`JsonlDecoder::framing_only`].
+    /// They are valid UTF-8 and hold exactly one JSON value by the grammar of RFC 8259 (whitespace around it
+    /// allowed), unless the decoder was built with [`JsonlDecoder::framing_only`].
+    /// Grammar only: a typed parse ([`Frame::parse`]) can still reject what the grammar allows — numbers
+    /// outside `f64` such as `1e400`, lone surrogate escapes such as `"\ud800"`, nesting deeper than 128
+    /// (validation itself does not recurse, so deep nesting cannot overflow the stack).
     Json(Bytes),
     /// A non-blank line that is not one JSON value: a banner, log text, invalid UTF-8, trailing garbage,
     /// or JSON truncated by EOF. Never fatal; the next line decodes normally.
@@ -128,7 +131,7 @@ struct Discard {
 
 /// The sans-IO JSON Lines decoder.
 ///
-/// Feed it a [`BytesMut`] that you append reads to; call [`decode`](Self::decode) until it returns `None`
+/// Feed it one [`BytesMut`] that you only append reads to (it remembers how far it has scanned); call [`decode`](Self::decode) until it returns `None`
 /// (it needs more bytes), and at EOF call [`decode_eof`](Self::decode_eof) until it returns `None`.
 /// With the `codec` feature it is also a [`tokio_util::codec::Decoder`] (use it with `FramedRead`).
 ///
@@ -220,7 +223,12 @@ impl JsonlDecoder {
                 return Some(Frame::TooLong { bytes_discarded });
             }
 
-            let start = self.next_index.min(buf.len());
+            // A buffer shorter than where the search stopped was not only appended to: rescan it.
+            let start = if self.next_index > buf.len() {
+                0
+            } else {
+                self.next_index
+            };
             let found = buf
                 .get(start..)
                 .and_then(|unscanned| memchr::memchr(b'\n', unscanned));
@@ -349,4 +357,364 @@ pub(crate) fn preview(line: &[u8], max_bytes: usize) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_line_bytes: usize) -> Limits {
+        Limits {
+            max_line_bytes,
+            ..Limits::default()
+        }
+    }
+
+    fn json(text: &str) -> Frame {
+        Frame::Json(Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    fn invalid(preview: &str, len: usize, unterminated: bool) -> Frame {
+        Frame::Invalid(InvalidLine {
+            preview: preview.to_owned(),
+            len,
+            unterminated,
+            error: String::new(),
+        })
+    }
+
+    fn too_long(bytes_discarded: u64) -> Frame {
+        Frame::TooLong { bytes_discarded }
+    }
+
+    /// Feeds `chunks` in order, then EOF; errors are checked non-empty and blanked for comparison.
+    fn run(decoder: &mut JsonlDecoder, chunks: &[&[u8]]) -> Vec<Frame> {
+        let mut buf = BytesMut::new();
+        let mut frames = Vec::new();
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            while let Some(frame) = decoder.decode(&mut buf) {
+                frames.push(frame);
+            }
+            assert!(buf.len() <= decoder.limits().max_line_bytes.saturating_add(1));
+        }
+        while let Some(frame) = decoder.decode_eof(&mut buf) {
+            frames.push(frame);
+        }
+        assert!(buf.is_empty());
+        for frame in &mut frames {
+            if let Frame::Invalid(line) = frame {
+                assert!(!line.error.is_empty(), "{line:?}");
+                line.error.clear();
+            }
+        }
+        frames
+    }
+
+    /// Decodes `input` whole, cut once at every byte boundary, and byte by byte: all must give `expect`.
+    fn check(limits: Limits, input: &[u8], expect: &[Frame]) {
+        let fresh = || JsonlDecoder::new(limits.clone());
+        assert_eq!(run(&mut fresh(), &[input]), expect, "whole input");
+        for cut in 0..=input.len() {
+            let (head, tail) = input.split_at(cut);
+            assert_eq!(run(&mut fresh(), &[head, tail]), expect, "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(run(&mut fresh(), &bytes), expect, "byte by byte");
+    }
+
+    #[test]
+    fn splits_on_newline_and_accepts_crlf() {
+        check(
+            Limits::default(),
+            b"{\"a\":1}\n[2]\r\n\"three\"\n",
+            &[json("{\"a\":1}"), json("[2]"), json("\"three\"")],
+        );
+    }
+
+    #[test]
+    fn skips_blank_and_whitespace_only_lines() {
+        check(
+            Limits::default(),
+            b"\n\r\n  \t \n\r\r\n1\n \r\n2",
+            &[json("1"), json("2")],
+        );
+    }
+
+    #[test]
+    fn keeps_surrounding_spaces_verbatim() {
+        check(
+            Limits::default(),
+            b"  {\"a\": 1}  \r\n",
+            &[json("  {\"a\": 1}  ")],
+        );
+    }
+
+    #[test]
+    fn line_separators_inside_strings_do_not_split() {
+        let line = "{\"text\":\"a\u{2028}b\u{2029}c\"}";
+        let input = format!("{line}\n{line}");
+        check(
+            Limits::default(),
+            input.as_bytes(),
+            &[json(line), json(line)],
+        );
+    }
+
+    #[test]
+    fn lone_carriage_return_is_an_ordinary_byte() {
+        check(
+            Limits::default(),
+            b"[1,\r2]\nbanner\rtext\n",
+            &[json("[1,\r2]"), invalid("banner\rtext", 11, false)],
+        );
+    }
+
+    #[test]
+    fn banner_lines_between_frames_are_invalid_items() {
+        check(
+            Limits::default(),
+            b"Starting agent v1.2...\n{\"id\":1}\nWARN: something\n{\"id\":2}\n",
+            &[
+                invalid("Starting agent v1.2...", 22, false),
+                json("{\"id\":1}"),
+                invalid("WARN: something", 15, false),
+                json("{\"id\":2}"),
+            ],
+        );
+    }
+
+    #[test]
+    fn two_values_on_one_line_are_invalid() {
+        check(
+            Limits::default(),
+            b"{} {}\n1 2\n",
+            &[invalid("{} {}", 5, false), invalid("1 2", 3, false)],
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_an_invalid_item() {
+        let mut input = b"\"caf\xff\"\n".to_vec();
+        input.extend_from_slice(b"\xe2\x80\n1\n");
+        check(
+            Limits::default(),
+            &input,
+            &[
+                invalid("\"caf\u{fffd}\"", 6, false),
+                invalid("\u{fffd}", 2, false),
+                json("1"),
+            ],
+        );
+        let mut decoder = JsonlDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"\"caf\xff\"\n"[..]);
+        let Some(Frame::Invalid(line)) = decoder.decode(&mut buf) else {
+            panic!("expected an invalid frame");
+        };
+        assert_eq!(line.error, "invalid utf-8 at byte 4");
+    }
+
+    #[test]
+    fn limit_exactly_is_accepted_and_one_over_is_too_long() {
+        // 10-byte values: `"12345678"` and an 11-byte one.
+        let at_limit = "\"12345678\"";
+        let over = "\"123456789\"";
+        for ending in ["\n", "\r\n"] {
+            let input = format!("{at_limit}{ending}{over}{ending}1{ending}");
+            check(
+                limits(10),
+                input.as_bytes(),
+                &[json(at_limit), too_long(11), json("1")],
+            );
+            // The same at EOF, without a terminator (a trailing `\r` still does not count).
+            let input = format!(
+                "{at_limit}{ending}{at_limit}{}",
+                ending.trim_end_matches('\n')
+            );
+            check(
+                limits(10),
+                input.as_bytes(),
+                &[json(at_limit), json(at_limit)],
+            );
+            let input = format!("{over}{}", ending.trim_end_matches('\n'));
+            check(limits(10), input.as_bytes(), &[too_long(11)]);
+        }
+    }
+
+    #[test]
+    fn carriage_return_before_newline_does_not_count_but_other_ones_do() {
+        // `1\r` is 2 bytes of content when followed by `\r\n`.
+        check(limits(2), b"1\r\r\n", &[json("1\r")]);
+        check(limits(1), b"1\r\r\n2\n", &[too_long(2), json("2")]);
+    }
+
+    #[test]
+    fn over_long_whitespace_line_is_too_long() {
+        check(limits(3), b"     \n1\n", &[too_long(5), json("1")]);
+    }
+
+    #[test]
+    fn zero_limit_rejects_every_non_empty_line() {
+        check(limits(0), b"\n1\n\r\n22", &[too_long(1), too_long(2)]);
+    }
+
+    #[test]
+    fn eof_cases() {
+        check(Limits::default(), b"", &[]);
+        check(Limits::default(), b"1\n", &[json("1")]);
+        check(Limits::default(), b"{\"a\":[1]}", &[json("{\"a\":[1]}")]);
+        check(Limits::default(), b"{\"a\":[1]}\r", &[json("{\"a\":[1]}")]);
+        check(
+            Limits::default(),
+            b"1\n{\"a\":[1",
+            &[json("1"), invalid("{\"a\":[1", 7, true)],
+        );
+        check(Limits::default(), b"1\n   ", &[json("1")]);
+        check(limits(4), b"1\n123456", &[json("1"), too_long(6)]);
+    }
+
+    #[test]
+    fn truncated_json_at_eof_names_the_error() {
+        let mut decoder = JsonlDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"{\"a\":"[..]);
+        assert_eq!(decoder.decode(&mut buf), None);
+        let Some(Frame::Invalid(line)) = decoder.decode_eof(&mut buf) else {
+            panic!("expected an invalid frame");
+        };
+        assert!(line.unterminated);
+        assert_eq!(line.error, "EOF while parsing a value at line 1 column 5");
+        assert_eq!(decoder.decode_eof(&mut buf), None);
+    }
+
+    #[test]
+    fn validation_follows_the_json_grammar_only() {
+        check(
+            Limits::default(),
+            b"1e400\n\"\\ud800\"\n01\n[1,]\n\"\x01\"\n",
+            &[
+                json("1e400"),
+                json("\"\\ud800\""),
+                invalid("01", 2, false),
+                invalid("[1,]", 4, false),
+                invalid("\"\u{1}\"", 3, false),
+            ],
+        );
+    }
+
+    #[test]
+    fn deep_nesting_validates_without_recursion() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let mut decoder = JsonlDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(format!("{deep}\n{}\n", &deep[1..]).as_bytes());
+        let frame = decoder.decode(&mut buf).unwrap();
+        assert_eq!(frame, json(&deep));
+        // A typed parse applies serde_json's recursion limit and reports it as an error.
+        let error = frame.parse::<serde_json::Value>().unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
+        assert!(matches!(decoder.decode(&mut buf), Some(Frame::Invalid(_))));
+    }
+
+    #[test]
+    fn discarding_reports_progress_and_then_one_too_long() {
+        let mut decoder = JsonlDecoder::new(limits(4));
+        let mut buf = BytesMut::from(&b"123"[..]);
+        assert_eq!(decoder.decode(&mut buf), None);
+        assert_eq!(decoder.discarding_bytes(), None);
+        buf.extend_from_slice(b"45678");
+        assert_eq!(decoder.decode(&mut buf), None);
+        assert_eq!(decoder.discarding_bytes(), Some(8));
+        assert!(buf.is_empty());
+        buf.extend_from_slice(b"9\r\n7\n");
+        assert_eq!(decoder.decode(&mut buf), Some(too_long(9)));
+        assert_eq!(decoder.discarding_bytes(), None);
+        assert_eq!(decoder.decode(&mut buf), Some(json("7")));
+    }
+
+    #[test]
+    fn caller_shrinking_the_buffer_does_not_panic() {
+        let mut decoder = JsonlDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"{\"partial\":"[..]);
+        assert_eq!(decoder.decode(&mut buf), None);
+        buf.clear();
+        buf.extend_from_slice(b"2\n");
+        assert_eq!(decoder.decode(&mut buf), Some(json("2")));
+    }
+
+    #[test]
+    fn json_frames_share_the_read_buffer() {
+        let mut decoder = JsonlDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"[1,2,3]\n"[..]);
+        let start = buf.as_ptr();
+        let frame = decoder.decode(&mut buf);
+        assert_eq!(
+            frame
+                .as_ref()
+                .and_then(Frame::as_json)
+                .map(|bytes| bytes.as_ptr()),
+            Some(start)
+        );
+    }
+
+    #[test]
+    fn framing_only_skips_validation_but_keeps_limits() {
+        let mut decoder = JsonlDecoder::framing_only(limits(5));
+        assert_eq!(
+            run(&mut decoder, &[b"banner\nhello\r\n \nnot {json\n\xff\n"]),
+            [
+                too_long(6),
+                json("hello"),
+                too_long(9),
+                Frame::Json(Bytes::from_static(b"\xff"))
+            ]
+        );
+    }
+
+    #[test]
+    fn preview_is_bounded_at_a_char_boundary() {
+        let check_preview = |line: &[u8], max: usize, expect: &str| {
+            let got = preview(line, max);
+            assert!(got.len() <= max);
+            assert_eq!(got, expect, "preview({line:?}, {max})");
+        };
+        check_preview(b"hello", 10, "hello");
+        check_preview(b"hello", 3, "hel");
+        check_preview(b"hello", 0, "");
+        // "é" is 2 bytes, "€" 3 bytes: never cut inside a char.
+        check_preview("aé€".as_bytes(), 2, "a");
+        check_preview("aé€".as_bytes(), 3, "aé");
+        check_preview("aé€".as_bytes(), 5, "aé");
+        check_preview("aé€".as_bytes(), 6, "aé€");
+        // Invalid bytes become U+FFFD (3 bytes) only when it fits.
+        check_preview(b"ab\xffcd", 4, "ab");
+        check_preview(b"ab\xffcd", 5, "ab\u{fffd}");
+        check_preview(b"ab\xffcd", 6, "ab\u{fffd}c");
+        check_preview(b"\xe2\x80", 8, "\u{fffd}");
+    }
+
+    #[test]
+    fn preview_limit_applies_to_invalid_frames() {
+        let limits = Limits {
+            max_preview_bytes: 4,
+            ..Limits::default()
+        };
+        check(limits, "ab€cdef\n".as_bytes(), &[invalid("ab", 9, false)]);
+    }
+
+    #[test]
+    fn frame_parse_decodes_json_and_rejects_other_frames() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct Ping {
+            id: u32,
+        }
+        assert_eq!(json("{\"id\":7}").parse::<Ping>().unwrap(), Ping { id: 7 });
+        let error = json("{\"id\":\"x\"}").parse::<Ping>().unwrap_err();
+        assert!(matches!(error, ParseError::Json(_)));
+        assert_eq!(error.code(), "type_mismatch");
+        let error = too_long(9).parse::<Ping>().unwrap_err();
+        assert_eq!(error.code(), "not_json");
+        assert_eq!(error.to_string(), "frame is not json but too_long");
+        let error = invalid("x", 1, false).parse::<Ping>().unwrap_err();
+        assert_eq!(error.to_string(), "frame is not json but invalid");
+        assert_eq!(invalid("x", 1, false).as_json(), None);
+    }
 }

@@ -39,6 +39,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 mod decode;
 mod encode;
 mod error;
