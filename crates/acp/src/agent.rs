@@ -1,0 +1,374 @@
+//! The agent role: serve ACP on a stream pair (stdin/stdout) with an [`Agent`] implementation, and call the client
+//! back through a [`ClientHandle`] (`session/update`, `session/request_permission`, `fs/*`).
+//!
+//! Every request runs on its own task, so a `session/cancel` notification reaches [`Agent::cancel`] while the
+//! prompt is still running. When the client closes the connection (stdin EOF), the tasks still running are aborted
+//! and the output is flushed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol_schema::v1::{
+    AuthenticateRequest, AuthenticateResponse, CancelNotification, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    NewSessionResponse, PromptRequest, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
+    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification,
+    SessionUpdate, SetSessionModeRequest, SetSessionModeResponse, WriteTextFileRequest,
+    WriteTextFileResponse,
+};
+use agentwire_jsonrpc::{
+    Connection, ErrorObject, Incoming, IncomingMessage, IncomingRequest, RequestId,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use crate::error::AcpError;
+
+/// What an ACP agent does. Implement the required methods; the others answer -32601 (method not found).
+///
+/// Errors are JSON-RPC error objects sent to the client as is.
+pub trait Agent: Send + Sync + 'static {
+    /// `initialize`: answer the protocol version (echo 1) and capabilities.
+    /// A request without `protocolVersion` never reaches this method (the runtime answers -32602).
+    fn initialize(
+        &self,
+        request: InitializeRequest,
+    ) -> impl Future<Output = Result<InitializeResponse, ErrorObject>> + Send;
+
+    /// `authenticate {"methodId":…}`.
+    fn authenticate(
+        &self,
+        request: AuthenticateRequest,
+    ) -> impl Future<Output = Result<AuthenticateResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("authenticate")))
+    }
+
+    /// `session/new {"cwd":…,"mcpServers":[…]}` → `{"sessionId":…}`.
+    fn new_session(
+        &self,
+        request: NewSessionRequest,
+    ) -> impl Future<Output = Result<NewSessionResponse, ErrorObject>> + Send;
+
+    /// `session/load`: replay the history with `client.session_update(…)` before answering.
+    fn load_session(
+        &self,
+        request: LoadSessionRequest,
+        client: ClientHandle,
+    ) -> impl Future<Output = Result<LoadSessionResponse, ErrorObject>> + Send {
+        let _ = (request, client);
+        std::future::ready(Err(ErrorObject::method_not_found("session/load")))
+    }
+
+    /// `session/set_mode {"sessionId":…,"modeId":…}`.
+    fn set_session_mode(
+        &self,
+        request: SetSessionModeRequest,
+    ) -> impl Future<Output = Result<SetSessionModeResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("session/set_mode")))
+    }
+
+    /// `session/prompt`: report progress with `client.session_update(…)`, ask with `client.request_permission(…)`,
+    /// and answer the stop reason (`cancelled` after a cancel, as the spec requires).
+    fn prompt(
+        &self,
+        request: PromptRequest,
+        client: ClientHandle,
+    ) -> impl Future<Output = Result<PromptResponse, ErrorObject>> + Send;
+
+    /// `session/cancel {"sessionId":…}` (a notification): stop the session's turn.
+    fn cancel(&self, notification: CancelNotification) -> impl Future<Output = ()> + Send;
+
+    /// Called after the answer to a `session/prompt` was queued for writing (anything sent from here goes out after
+    /// it). Default: nothing.
+    fn prompt_answered(
+        &self,
+        answered: PromptAnswered,
+        client: ClientHandle,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = (answered, client);
+        std::future::ready(())
+    }
+}
+
+/// Which prompt was just answered (see [`Agent::prompt_answered`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PromptAnswered {
+    /// The client's id of the `session/prompt` request.
+    pub request_id: RequestId,
+    /// The session of the turn.
+    pub session_id: SessionId,
+    /// What was answered (the result object or the error object), as sent.
+    pub answer: Result<Value, ErrorObject>,
+}
+
+/// The agent's handle on the client: notifications and requests towards it. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ClientHandle {
+    connection: Connection,
+}
+
+async fn call<Req: Serialize, Resp: DeserializeOwned>(
+    connection: &Connection,
+    method: &str,
+    request: &Req,
+) -> Result<Resp, AcpError> {
+    let params =
+        serde_json::to_value(request).map_err(|error| AcpError::Encode(error.to_string()))?;
+    let answer = connection
+        .call(method, Some(params))
+        .await
+        .map_err(|error| AcpError::from_call(method, error))?;
+    serde_json::from_value(answer).map_err(|error| AcpError::invalid_response(method, error))
+}
+
+impl ClientHandle {
+    /// A handle over an existing connection.
+    pub fn new(connection: Connection) -> ClientHandle {
+        ClientHandle { connection }
+    }
+
+    /// The underlying JSON-RPC connection: the escape hatch for extension methods and for test fixtures that must
+    /// send what a well-behaved agent never would (`Connection::send_message` writes any message as is).
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// Sends `session/update {"sessionId":…,"update":{"sessionUpdate":…}}`.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::ConnectionClosed`], [`AcpError::Encode`].
+    pub async fn session_update(
+        &self,
+        session_id: &SessionId,
+        update: SessionUpdate,
+    ) -> Result<(), AcpError> {
+        let notification = SessionNotification::new(session_id.clone(), update);
+        let params = serde_json::to_value(&notification)
+            .map_err(|error| AcpError::Encode(error.to_string()))?;
+        self.connection
+            .notify("session/update", Some(params))
+            .await?;
+        Ok(())
+    }
+
+    /// Asks `session/request_permission` and waits for the outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::Rpc`], [`AcpError::InvalidResponse`], [`AcpError::ConnectionClosed`].
+    pub async fn request_permission(
+        &self,
+        request: &RequestPermissionRequest,
+    ) -> Result<RequestPermissionResponse, AcpError> {
+        call(&self.connection, "session/request_permission", request).await
+    }
+
+    /// Asks `fs/read_text_file` (only if the client advertised `fs.readTextFile`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn read_text_file(
+        &self,
+        request: &ReadTextFileRequest,
+    ) -> Result<ReadTextFileResponse, AcpError> {
+        call(&self.connection, "fs/read_text_file", request).await
+    }
+
+    /// Asks `fs/write_text_file` (only if the client advertised `fs.writeTextFile`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`]. The answer may be `null` (older clients); it is read as `{}`.
+    pub async fn write_text_file(
+        &self,
+        request: &WriteTextFileRequest,
+    ) -> Result<WriteTextFileResponse, AcpError> {
+        const METHOD: &str = "fs/write_text_file";
+        let params =
+            serde_json::to_value(request).map_err(|error| AcpError::Encode(error.to_string()))?;
+        let answer = self
+            .connection
+            .call(METHOD, Some(params))
+            .await
+            .map_err(|error| AcpError::from_call(METHOD, error))?;
+        let answer = if answer.is_null() {
+            Value::Object(serde_json::Map::new())
+        } else {
+            answer
+        };
+        serde_json::from_value(answer).map_err(|error| AcpError::invalid_response(METHOD, error))
+    }
+}
+
+/// Serves one ACP connection with an [`Agent`].
+pub struct AgentSide<A> {
+    agent: Arc<A>,
+    connection: Connection,
+    incoming: Incoming,
+    close_timeout: Duration,
+}
+
+impl<A> std::fmt::Debug for AgentSide<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSide")
+            .field("connection", &self.connection)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse<T: DeserializeOwned>(params: Option<Value>) -> Result<T, ErrorObject> {
+    serde_json::from_value(params.unwrap_or(Value::Null))
+        .map_err(|error| ErrorObject::invalid_params(error.to_string()))
+}
+
+fn encode<T: Serialize>(result: Result<T, ErrorObject>) -> Result<Value, ErrorObject> {
+    result.and_then(|value| {
+        serde_json::to_value(value).map_err(|error| ErrorObject::internal_error(error.to_string()))
+    })
+}
+
+impl<A: Agent> AgentSide<A> {
+    /// Serves `agent` over `reader` (the client's output, e.g. stdin) and `writer` (e.g. stdout).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn new<R, W>(
+        agent: A,
+        reader: R,
+        writer: W,
+        config: agentwire_jsonrpc::Config,
+    ) -> AgentSide<A>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (connection, incoming) = Connection::new(reader, writer, config);
+        AgentSide::over(agent, connection, incoming)
+    }
+
+    /// Serves `agent` on this process's stdin and stdout.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn stdio(agent: A, config: agentwire_jsonrpc::Config) -> AgentSide<A> {
+        AgentSide::new(agent, tokio::io::stdin(), tokio::io::stdout(), config)
+    }
+
+    /// Serves `agent` over an existing connection (e.g. one end of [`Connection::memory`]).
+    pub fn over(agent: A, connection: Connection, incoming: Incoming) -> AgentSide<A> {
+        AgentSide {
+            agent: Arc::new(agent),
+            connection,
+            incoming,
+            close_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// The handle on the client (to send updates outside a request, e.g. from a background task).
+    pub fn client(&self) -> ClientHandle {
+        ClientHandle::new(self.connection.clone())
+    }
+
+    /// Serves until the client closes the connection; then aborts what is still running and flushes the output
+    /// (waiting at most 2 s for a client that does not read).
+    pub async fn run(mut self) {
+        let mut tasks = JoinSet::new();
+        loop {
+            tokio::select! {
+                message = self.incoming.next() => match message {
+                    Some(IncomingMessage::Request(request)) => {
+                        let agent = self.agent.clone();
+                        let client = self.client();
+                        tasks.spawn(serve_request(agent, client, request));
+                    }
+                    Some(IncomingMessage::Notification(notification)) => {
+                        if notification.method == "session/cancel" {
+                            match parse::<CancelNotification>(notification.params) {
+                                Ok(cancel) => {
+                                    let agent = self.agent.clone();
+                                    tasks.spawn(async move { agent.cancel(cancel).await });
+                                }
+                                Err(error) => tracing::debug!(?error, "invalid session/cancel"),
+                            }
+                        } else {
+                            tracing::debug!(method = %notification.method, "ignoring client notification");
+                        }
+                    }
+                    None => break,
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            }
+        }
+        tasks.abort_all();
+        // Bounded: a client that stopped reading must not keep the agent alive.
+        let _ = tokio::time::timeout(self.close_timeout, self.connection.close()).await;
+    }
+}
+
+async fn serve_request<A: Agent>(
+    agent: Arc<A>,
+    client: ClientHandle,
+    mut request: IncomingRequest,
+) {
+    let params = request.params.take();
+    let method = request.method.clone();
+    let mut answered_prompt = None;
+    let result = match method.as_str() {
+        "initialize" => match parse::<InitializeRequest>(params) {
+            Ok(params) => encode(agent.initialize(params).await),
+            Err(error) => Err(error),
+        },
+        "authenticate" => match parse::<AuthenticateRequest>(params) {
+            Ok(params) => encode(agent.authenticate(params).await),
+            Err(error) => Err(error),
+        },
+        "session/new" => match parse::<NewSessionRequest>(params) {
+            Ok(params) => encode(agent.new_session(params).await),
+            Err(error) => Err(error),
+        },
+        "session/load" => match parse::<LoadSessionRequest>(params) {
+            Ok(params) => encode(agent.load_session(params, client.clone()).await),
+            Err(error) => Err(error),
+        },
+        "session/set_mode" => match parse::<SetSessionModeRequest>(params) {
+            Ok(params) => encode(agent.set_session_mode(params).await),
+            Err(error) => Err(error),
+        },
+        "session/prompt" => match parse::<PromptRequest>(params) {
+            Ok(params) => {
+                answered_prompt = Some(params.session_id.clone());
+                encode(agent.prompt(params, client.clone()).await)
+            }
+            Err(error) => Err(error),
+        },
+        _ => Err(ErrorObject::method_not_found(&method)),
+    };
+    let request_id = request.id.clone();
+    let answer = result.clone();
+    if let Err(error) = request.respond(result).await {
+        tracing::debug!(%error, %method, "could not answer the client's request");
+        return;
+    }
+    if let Some(session_id) = answered_prompt {
+        agent
+            .prompt_answered(
+                PromptAnswered {
+                    request_id,
+                    session_id,
+                    answer,
+                },
+                client,
+            )
+            .await;
+    }
+}

@@ -1,0 +1,1200 @@
+//! The client role: drive an ACP agent (a spawned process or any stream pair) over an agentwire-jsonrpc connection.
+//!
+//! One dispatcher task reads the connection's [`Incoming`]: it routes `session/update` notifications to their
+//! session (in arrival order) and runs a task per agent request (`session/request_permission`, `fs/*`) on the
+//! installed handlers. Turns ([`Turn`]) merge the session's updates with the `session/prompt` answer; before a turn
+//! ends, the dispatcher is asked to route everything already read (a barrier), so every update the agent sent before
+//! its answer is yielded before [`TurnEvent::End`].
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_client_protocol_schema::ProtocolVersion;
+use agent_client_protocol_schema::v1::{
+    AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
+    FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
+    ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SessionId, SessionModeState, SetSessionModeRequest, StopReason,
+    TextContent, WriteTextFileRequest,
+};
+use agentwire_jsonrpc::{
+    Connection, ErrorObject, Incoming, IncomingMessage, IncomingRequest, PendingCall,
+};
+use agentwire_process::{ChildHandle, StopOutcome, StopPlan};
+use futures_util::FutureExt as _;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::AcpError;
+use crate::handlers::{
+    DynFsHandler, DynPermissionHandler, FsHandler, PermissionHandler, RejectPermissions,
+};
+use crate::kandev::{Dialect, KandevEvent, KandevMapper};
+use crate::turn::{PROMPT, kandev_accept_outcome, prompt_outcome};
+use crate::update::{Update, UpdateParams, parse_update_params};
+
+/// Limits and identity of a [`Client`].
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The JSON-RPC connection's limits. Default: `agentwire_jsonrpc::Config::default()` (64 MiB lines, no call
+    /// timeout: a turn lasts as long as the agent works).
+    pub rpc: agentwire_jsonrpc::Config,
+    /// Sent as `clientInfo` in `initialize`. Default `{"name":"agentwire-acp","version":<crate version>}`.
+    pub client_info: Implementation,
+    /// Capacity, in updates, of each session's queue. Default 256. When a session's queue is full, the dispatcher
+    /// waits (back-pressure to the agent through the pipe): drain [`Session`]/[`Turn`] updates.
+    pub session_update_queue: usize,
+    /// Most updates kept for sessions not (yet) registered, e.g. an update sent right after the `session/new`
+    /// answer and read before [`Client::new_session`] returned. Default 1024. On overflow the oldest is dropped and
+    /// counted in [`ClientStats::unrouted_updates_dropped`].
+    pub max_unrouted_updates: usize,
+    /// How long closing the connection may wait for queued output to be written. Default 2 s.
+    pub close_timeout: Duration,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            rpc: agentwire_jsonrpc::Config::default(),
+            client_info: Implementation::new("agentwire-acp", env!("CARGO_PKG_VERSION")),
+            session_update_queue: 256,
+            max_unrouted_updates: 1024,
+            close_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters of what the client dropped or noticed, next to the connection's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// The JSON-RPC connection's counters (invalid lines, unknown/late responses, …).
+    pub rpc: agentwire_jsonrpc::Stats,
+    /// `session/update` notifications that are neither v1 nor Kandev shaped, dropped.
+    pub invalid_updates: u64,
+    /// Updates for unregistered sessions dropped because [`ClientConfig::max_unrouted_updates`] were kept.
+    pub unrouted_updates_dropped: u64,
+    /// Updates for sessions whose [`Session`] was dropped.
+    pub updates_for_dropped_sessions: u64,
+    /// Permission requests answered `cancelled` because the turn was cancelled.
+    pub permissions_cancelled: u64,
+}
+
+/// Configures and connects a [`Client`]: the handlers installed decide the capabilities advertised.
+pub struct ClientBuilder {
+    config: ClientConfig,
+    permission: Arc<dyn DynPermissionHandler>,
+    fs: Option<Arc<dyn DynFsHandler>>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("fs", &self.fs.is_some())
+            .finish()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder::new()
+    }
+}
+
+impl ClientBuilder {
+    /// Default config, [`RejectPermissions`] (fail closed), no file system (`fs` not advertised).
+    pub fn new() -> Self {
+        ClientBuilder {
+            config: ClientConfig::default(),
+            permission: Arc::new(RejectPermissions),
+            fs: None,
+        }
+    }
+
+    /// Replaces the config.
+    pub fn config(mut self, config: ClientConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Installs the permission handler (default [`RejectPermissions`]).
+    pub fn permission_handler(mut self, handler: impl PermissionHandler) -> Self {
+        self.permission = Arc::new(handler);
+        self
+    }
+
+    /// Installs a file handler and advertises `fs.readTextFile` and `fs.writeTextFile`.
+    pub fn fs_handler(mut self, handler: impl FsHandler) -> Self {
+        self.fs = Some(Arc::new(handler));
+        self
+    }
+
+    /// The `clientCapabilities` this builder advertises.
+    pub fn capabilities(&self) -> ClientCapabilities {
+        let fs = self.fs.is_some();
+        ClientCapabilities::new()
+            .fs(FileSystemCapabilities::new()
+                .read_text_file(fs)
+                .write_text_file(fs))
+            .terminal(false)
+    }
+
+    /// A client over `reader` (the agent's stdout) and `writer` (the agent's stdin). Spawns its tasks on the current
+    /// tokio runtime. Call [`Client::initialize`] next.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn connect<R, W>(self, reader: R, writer: W) -> Client
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (connection, incoming) = Connection::new(reader, writer, self.config.rpc.clone());
+        self.over(connection, incoming, None)
+    }
+
+    /// A client over an existing connection, e.g. one end of [`Connection::memory`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn connect_connection(self, connection: Connection, incoming: Incoming) -> Client {
+        self.over(connection, incoming, None)
+    }
+
+    /// Spawns the agent (stdout read as raw bytes) and connects to its stdin/stdout. The process runs in its own
+    /// process group; [`Client::stop`] runs the stop ladder, and dropping the last handle kills the group.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::Spawn`] when the program cannot be started.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn spawn(self, command: &mut agentwire_process::Command) -> Result<Client, AcpError> {
+        let mut child = command.stdout_bytes().spawn()?;
+        let stdin = child.stdin();
+        let Some(stdout) = child.take_stdout() else {
+            // A freshly spawned child always has its stdout; be explicit rather than panic.
+            return Err(AcpError::ConnectionClosed);
+        };
+        let (reader, writer) = crate::stdio::child_pipes(stdout, stdin);
+        let (connection, incoming) = Connection::new(reader, writer, self.config.rpc.clone());
+        Ok(self.over(connection, incoming, Some(child)))
+    }
+
+    fn over(
+        self,
+        connection: Connection,
+        incoming: Incoming,
+        child: Option<agentwire_process::Child>,
+    ) -> Client {
+        let capabilities = self.capabilities();
+        let router = Arc::new(Router {
+            sessions: Mutex::new(HashMap::new()),
+            unrouted: Mutex::new(VecDeque::new()),
+            kandev: Mutex::new(KandevRouting::default()),
+            max_unrouted: self.config.max_unrouted_updates,
+            counters: Counters::default(),
+        });
+        let (control_tx, control_rx) = mpsc::channel(16);
+        let dispatcher = Dispatcher {
+            connection: connection.clone(),
+            router: router.clone(),
+            permission: self.permission,
+            fs: self.fs,
+        };
+        tokio::spawn(dispatcher.run(incoming, control_rx));
+        Client {
+            inner: Arc::new(Inner {
+                connection,
+                router,
+                control: control_tx,
+                capabilities,
+                config: self.config,
+                state: Mutex::new(State::default()),
+                child,
+            }),
+        }
+    }
+}
+
+/// An ACP client connected to one agent. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), agentwire_acp::AcpError> {
+/// use agentwire_acp::{ClientBuilder, TurnEvent};
+/// let mut command = agentwire_process::Command::new("acp-fixture");
+/// let client = ClientBuilder::new().spawn(&mut command)?;
+/// client.initialize().await?;
+/// let mut session = client.new_session(std::path::Path::new("/tmp")).await?;
+/// let mut turn = session.prompt_text("hello").await?;
+/// while let Some(event) = turn.next().await {
+///     match event {
+///         TurnEvent::Update(update) => println!("{:?}", update.agent_text()),
+///         TurnEvent::End(outcome) => println!("stop reason {outcome:?}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("connection", &self.inner.connection)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    connection: Connection,
+    router: Arc<Router>,
+    control: mpsc::Sender<Control>,
+    capabilities: ClientCapabilities,
+    config: ClientConfig,
+    state: Mutex<State>,
+    child: Option<agentwire_process::Child>,
+}
+
+#[derive(Default)]
+struct State {
+    dialect: Option<Dialect>,
+    agent: Option<InitializeResponse>,
+}
+
+enum Control {
+    /// Route every message already read, then answer.
+    Barrier(oneshot::Sender<()>),
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks cannot leave the data inconsistent (plain inserts/removes).
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn to_params<T: Serialize>(value: &T) -> Result<Option<Value>, AcpError> {
+    serde_json::to_value(value)
+        .map(Some)
+        .map_err(|error| AcpError::Encode(error.to_string()))
+}
+
+fn parse_answer<T: DeserializeOwned>(method: &str, value: Value) -> Result<T, AcpError> {
+    serde_json::from_value(value).map_err(|error| AcpError::invalid_response(method, error))
+}
+
+impl Client {
+    /// Starts building a client.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::new()
+    }
+
+    /// The underlying JSON-RPC connection (for extension methods and diagnostics).
+    pub fn connection(&self) -> &Connection {
+        &self.inner.connection
+    }
+
+    /// The spawned agent's process handle (pid, stderr tail, wait), when the client spawned it.
+    pub fn child(&self) -> Option<ChildHandle> {
+        self.inner
+            .child
+            .as_ref()
+            .map(agentwire_process::Child::handle)
+    }
+
+    /// The capabilities advertised in `initialize`.
+    pub fn capabilities(&self) -> &ClientCapabilities {
+        &self.inner.capabilities
+    }
+
+    /// The dialect decided by `initialize`, `None` before it.
+    pub fn dialect(&self) -> Option<Dialect> {
+        lock(&self.inner.state).dialect
+    }
+
+    /// The agent's `initialize` answer (synthesized with default capabilities for the Kandev dialect).
+    pub fn agent(&self) -> Option<InitializeResponse> {
+        lock(&self.inner.state).agent.clone()
+    }
+
+    /// Counters of dropped and noticed input.
+    pub fn stats(&self) -> ClientStats {
+        let counters = &self.inner.router.counters;
+        ClientStats {
+            rpc: self.inner.connection.stats(),
+            invalid_updates: counters.invalid_updates.load(Ordering::Relaxed),
+            unrouted_updates_dropped: counters.unrouted_dropped.load(Ordering::Relaxed),
+            updates_for_dropped_sessions: counters.dropped_sessions.load(Ordering::Relaxed),
+            permissions_cancelled: counters.permissions_cancelled.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, AcpError> {
+        self.inner
+            .connection
+            .call(method, params)
+            .await
+            .map_err(|error| AcpError::from_call(method, error))
+    }
+
+    fn require_dialect(&self) -> Result<Dialect, AcpError> {
+        self.dialect().ok_or(AcpError::NotInitialized)
+    }
+
+    /// Sends `initialize` with protocol version 1, the installed handlers' capabilities and `clientInfo`, and
+    /// negotiates: an answer of version 1 selects ACP v1; a string version (`"1.0"`) selects the Kandev dialect;
+    /// any other answer closes the connection.
+    ///
+    /// JSON sent: `{"protocolVersion":1,"clientCapabilities":{"fs":{"readTextFile":false,"writeTextFile":false},"terminal":false},"clientInfo":{…}}`.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::UnsupportedProtocolVersion`] (connection closed), [`AcpError::Rpc`], [`AcpError::InvalidResponse`],
+    /// [`AcpError::ConnectionClosed`].
+    pub async fn initialize(&self) -> Result<InitializeResponse, AcpError> {
+        const METHOD: &str = "initialize";
+        let request = InitializeRequest::new(ProtocolVersion::V1)
+            .client_capabilities(self.inner.capabilities.clone())
+            .client_info(self.inner.config.client_info.clone());
+        let answer = self.call(METHOD, to_params(&request)?).await?;
+        let (dialect, response) = match answer.get("protocolVersion") {
+            Some(Value::Number(number))
+                if number.as_u64() == Some(u64::from(ProtocolVersion::V1.as_u16())) =>
+            {
+                (
+                    Dialect::AcpV1,
+                    parse_answer::<InitializeResponse>(METHOD, answer)?,
+                )
+            }
+            Some(Value::String(_)) => (
+                Dialect::Kandev,
+                InitializeResponse::new(ProtocolVersion::V1),
+            ),
+            other => {
+                let answered = other.map_or_else(|| "none".to_owned(), Value::to_string);
+                self.close().await;
+                return Err(AcpError::UnsupportedProtocolVersion {
+                    answered,
+                    supported: ProtocolVersion::V1.as_u16(),
+                });
+            }
+        };
+        let mut state = lock(&self.inner.state);
+        state.dialect = Some(dialect);
+        state.agent = Some(response.clone());
+        Ok(response)
+    }
+
+    /// Sends `authenticate {"methodId": …}` with one of the agent's advertised `authMethods`.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::NotInitialized`], [`AcpError::Rpc`], [`AcpError::ConnectionClosed`].
+    pub async fn authenticate(&self, method_id: &str) -> Result<(), AcpError> {
+        self.require_dialect()?;
+        let request = AuthenticateRequest::new(method_id.to_owned());
+        self.call("authenticate", to_params(&request)?).await?;
+        Ok(())
+    }
+
+    /// Creates a session with `cwd` (absolute) and no MCP servers.
+    ///
+    /// JSON sent (v1): `{"cwd":"/work","mcpServers":[]}`; Kandev dialect: `{}`.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::NotInitialized`], [`AcpError::Rpc`] (e.g. -32000 auth required), [`AcpError::InvalidResponse`],
+    /// [`AcpError::ConnectionClosed`].
+    pub async fn new_session(&self, cwd: &Path) -> Result<Session, AcpError> {
+        self.new_session_with(NewSessionRequest::new(cwd).mcp_servers(Vec::new()))
+            .await
+    }
+
+    /// Creates a session from a full `session/new` request (MCP servers, …).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::new_session`].
+    pub async fn new_session_with(&self, request: NewSessionRequest) -> Result<Session, AcpError> {
+        const METHOD: &str = "session/new";
+        let dialect = self.require_dialect()?;
+        let params = match dialect {
+            Dialect::AcpV1 => to_params(&request)?,
+            Dialect::Kandev => Some(Value::Object(serde_json::Map::new())),
+        };
+        let answer = self.call(METHOD, params).await?;
+        let (session_id, modes) = match dialect {
+            Dialect::AcpV1 => {
+                let response: NewSessionResponse = parse_answer(METHOD, answer)?;
+                (response.session_id, response.modes)
+            }
+            Dialect::Kandev => match answer.get("sessionId").and_then(Value::as_str) {
+                Some(id) => (SessionId::new(id), None),
+                None => {
+                    return Err(AcpError::invalid_response(
+                        METHOD,
+                        "missing string sessionId",
+                    ));
+                }
+            },
+        };
+        Ok(self.register(session_id, modes))
+    }
+
+    /// Loads a saved session: the agent replays its history as `session/update`s, which the returned [`Session`]
+    /// yields ([`Session::next_update`]) — those sent before the answer and those sent after it alike. The session is
+    /// registered before the request goes out.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] when the agent did not advertise `loadSession`; otherwise as
+    /// [`Client::new_session`].
+    pub async fn load_session(
+        &self,
+        session_id: SessionId,
+        cwd: &Path,
+    ) -> Result<Session, AcpError> {
+        const METHOD: &str = "session/load";
+        let dialect = self.require_dialect()?;
+        let params = match dialect {
+            Dialect::AcpV1 => {
+                let can_load = self
+                    .agent()
+                    .is_some_and(|agent| agent.agent_capabilities.load_session);
+                if !can_load {
+                    return Err(AcpError::CapabilityMissing {
+                        capability: "agentCapabilities.loadSession",
+                    });
+                }
+                to_params(
+                    &LoadSessionRequest::new(session_id.clone(), cwd).mcp_servers(Vec::new()),
+                )?
+            }
+            Dialect::Kandev => Some(serde_json::json!({"sessionId": session_id})),
+        };
+        let mut session = self.register(session_id, None);
+        let answer = self.call(METHOD, params).await?;
+        if dialect == Dialect::AcpV1 {
+            // The answer may be `null` or `{}` (schema `$defs/LoadSessionResponse`).
+            let answer = if answer.is_null() {
+                Value::Object(serde_json::Map::new())
+            } else {
+                answer
+            };
+            let response: LoadSessionResponse = parse_answer(METHOD, answer)?;
+            session.modes = response.modes;
+        }
+        Ok(session)
+    }
+
+    fn register(&self, session_id: SessionId, modes: Option<SessionModeState>) -> Session {
+        let (tx, rx) = mpsc::channel(self.inner.config.session_update_queue.max(1));
+        let shared = Arc::new(SessionShared::default());
+        let backlog = self
+            .inner
+            .router
+            .register(session_id.clone(), tx, shared.clone());
+        Session {
+            id: session_id,
+            client: self.clone(),
+            rx,
+            backlog,
+            shared,
+            modes,
+        }
+    }
+
+    /// Flushes queued output and closes the connection (the agent sees stdin EOF), waiting at most
+    /// [`ClientConfig::close_timeout`].
+    pub async fn close(&self) {
+        // On timeout the writer is stuck on a peer that does not read; the connection is abandoned all the same.
+        let _ = tokio::time::timeout(
+            self.inner.config.close_timeout,
+            self.inner.connection.close(),
+        )
+        .await;
+    }
+
+    /// Closes the connection, then stops the spawned agent with `plan` (stdin EOF → grace → SIGTERM to its process
+    /// group → grace → SIGKILL; what remains of the group is killed). `None` when the client did not spawn the agent.
+    pub async fn stop(&self, plan: StopPlan) -> Option<StopOutcome> {
+        self.close().await;
+        match &self.inner.child {
+            Some(child) => Some(child.stop(plan).await),
+            None => None,
+        }
+    }
+
+    /// Asks the dispatcher to route every message read so far; resolves when it has (or when it is gone).
+    async fn barrier(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        // If the dispatcher is gone, the receiver resolves (with an error) at once: nothing is left to route.
+        let _ = self.inner.control.send(Control::Barrier(tx)).await;
+        rx
+    }
+}
+
+/// Per-session flags shared with the dispatcher.
+#[derive(Default)]
+struct SessionShared {
+    /// The cancel flag of the turn in progress, if any.
+    turn: Mutex<Option<CancellationToken>>,
+}
+
+/// What the dispatcher delivers to a session.
+#[derive(Debug)]
+enum Routed {
+    Update(Update),
+    /// The Kandev dialect ends turns with an update (`complete` / `error`).
+    KandevEnd(Result<StopReason, String>),
+}
+
+#[derive(Default)]
+struct Counters {
+    invalid_updates: AtomicU64,
+    unrouted_dropped: AtomicU64,
+    dropped_sessions: AtomicU64,
+    permissions_cancelled: AtomicU64,
+}
+
+#[derive(Default)]
+struct KandevRouting {
+    mapper: KandevMapper,
+    /// The session whose turn is in progress (Kandev updates do not name their session).
+    active: Option<SessionId>,
+}
+
+struct SessionSlot {
+    tx: mpsc::Sender<Routed>,
+    shared: Arc<SessionShared>,
+}
+
+struct Router {
+    sessions: Mutex<HashMap<SessionId, SessionSlot>>,
+    /// Lock order: `sessions`, then `unrouted`.
+    unrouted: Mutex<VecDeque<(SessionId, Routed)>>,
+    kandev: Mutex<KandevRouting>,
+    max_unrouted: usize,
+    counters: Counters,
+}
+
+impl Router {
+    /// Registers a session and returns the updates that arrived for it before.
+    fn register(
+        &self,
+        id: SessionId,
+        tx: mpsc::Sender<Routed>,
+        shared: Arc<SessionShared>,
+    ) -> VecDeque<Routed> {
+        let mut sessions = lock(&self.sessions);
+        sessions.insert(id.clone(), SessionSlot { tx, shared });
+        let mut unrouted = lock(&self.unrouted);
+        let (mine, others): (VecDeque<_>, VecDeque<_>) =
+            unrouted.drain(..).partition(|(session, _)| *session == id);
+        *unrouted = others;
+        mine.into_iter().map(|(_, routed)| routed).collect()
+    }
+
+    fn unregister(&self, id: &SessionId) {
+        lock(&self.sessions).remove(id);
+    }
+
+    fn turn_token(&self, id: &SessionId) -> Option<CancellationToken> {
+        let sessions = lock(&self.sessions);
+        let slot = sessions.get(id)?;
+        lock(&slot.shared.turn).clone()
+    }
+
+    async fn route(&self, id: SessionId, routed: Routed) {
+        let tx = {
+            let sessions = lock(&self.sessions);
+            match sessions.get(&id) {
+                Some(slot) => slot.tx.clone(),
+                None => {
+                    let mut unrouted = lock(&self.unrouted);
+                    if unrouted.len() >= self.max_unrouted {
+                        unrouted.pop_front();
+                        self.counters
+                            .unrouted_dropped
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    if self.max_unrouted > 0 {
+                        unrouted.push_back((id, routed));
+                    }
+                    return;
+                }
+            }
+        };
+        if tx.send(routed).await.is_err() {
+            self.counters
+                .dropped_sessions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+struct Dispatcher {
+    connection: Connection,
+    router: Arc<Router>,
+    permission: Arc<dyn DynPermissionHandler>,
+    fs: Option<Arc<dyn DynFsHandler>>,
+}
+
+impl Dispatcher {
+    async fn run(self, mut incoming: Incoming, mut control: mpsc::Receiver<Control>) {
+        let mut control_open = true;
+        loop {
+            tokio::select! {
+                message = incoming.next() => match message {
+                    Some(message) => self.handle(message).await,
+                    None => break,
+                },
+                command = control.recv(), if control_open => match command {
+                    Some(Control::Barrier(ack)) => {
+                        while let Some(Some(message)) = incoming.next().now_or_never() {
+                            self.handle(message).await;
+                        }
+                        // The turn may have stopped waiting; nothing to do then.
+                        let _ = ack.send(());
+                    }
+                    None => control_open = false,
+                },
+            }
+        }
+        // The connection is closed: answer pending barriers, and end every session's stream.
+        control.close();
+        while let Ok(Control::Barrier(ack)) = control.try_recv() {
+            let _ = ack.send(());
+        }
+        lock(&self.router.sessions).clear();
+    }
+
+    async fn handle(&self, message: IncomingMessage) {
+        match message {
+            IncomingMessage::Notification(notification)
+                if notification.method == "session/update" =>
+            {
+                self.on_update(notification.params).await;
+            }
+            IncomingMessage::Notification(notification) => {
+                tracing::debug!(method = %notification.method, "ignoring agent notification");
+            }
+            IncomingMessage::Request(request) => {
+                let task = AgentRequestTask {
+                    router: self.router.clone(),
+                    permission: self.permission.clone(),
+                    fs: self.fs.clone(),
+                };
+                tokio::spawn(task.run(request));
+            }
+        }
+    }
+
+    async fn on_update(&self, params: Option<Value>) {
+        match parse_update_params(params) {
+            UpdateParams::V1 { session_id, update } => {
+                self.router.route(session_id, Routed::Update(update)).await
+            }
+            UpdateParams::Kandev { kind, data } => {
+                let (target, event) = {
+                    let mut kandev = lock(&self.router.kandev);
+                    let target = KandevMapper::session_id(&data).or_else(|| kandev.active.clone());
+                    (target, kandev.mapper.map(&kind, data))
+                };
+                let routed = match event {
+                    KandevEvent::Update(update) => Routed::Update(update),
+                    KandevEvent::TurnEnd(end) => Routed::KandevEnd(end),
+                };
+                match target {
+                    Some(session_id) => self.router.route(session_id, routed).await,
+                    None => {
+                        self.router
+                            .counters
+                            .invalid_updates
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%kind, "Kandev update with no session to route to");
+                    }
+                }
+            }
+            UpdateParams::Invalid(why) => {
+                self.router
+                    .counters
+                    .invalid_updates
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%why, "dropping invalid session/update");
+            }
+        }
+        // Keep the connection handle alive for the dispatcher's lifetime (used by future notifications).
+        let _ = &self.connection;
+    }
+}
+
+/// One agent-initiated request, handled on its own task so a slow human never blocks the connection.
+struct AgentRequestTask {
+    router: Arc<Router>,
+    permission: Arc<dyn DynPermissionHandler>,
+    fs: Option<Arc<dyn DynFsHandler>>,
+}
+
+fn parse_params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, ErrorObject> {
+    serde_json::from_value(params.unwrap_or(Value::Null))
+        .map_err(|error| ErrorObject::invalid_params(error.to_string()))
+}
+
+fn to_result<T: Serialize>(value: Result<T, ErrorObject>) -> Result<Value, ErrorObject> {
+    value.and_then(|value| {
+        serde_json::to_value(value).map_err(|error| ErrorObject::internal_error(error.to_string()))
+    })
+}
+
+impl AgentRequestTask {
+    async fn run(self, mut request: IncomingRequest) {
+        let params = request.params.take();
+        let method = request.method.clone();
+        let result = match method.as_str() {
+            "session/request_permission" => {
+                match parse_params::<RequestPermissionRequest>(params) {
+                    Ok(params) => self.permission(params, &request).await,
+                    Err(error) => Err(error),
+                }
+            }
+            "fs/read_text_file" => match (&self.fs, parse_params::<ReadTextFileRequest>(params)) {
+                (None, _) => Err(ErrorObject::method_not_found(&method)),
+                (Some(_), Err(error)) => Err(error),
+                (Some(fs), Ok(params)) => to_result(fs.read_text_file(params).await),
+            },
+            "fs/write_text_file" => {
+                match (&self.fs, parse_params::<WriteTextFileRequest>(params)) {
+                    (None, _) => Err(ErrorObject::method_not_found(&method)),
+                    (Some(_), Err(error)) => Err(error),
+                    (Some(fs), Ok(params)) => to_result(fs.write_text_file(params).await),
+                }
+            }
+            _ => Err(ErrorObject::method_not_found(&method)),
+        };
+        if let Err(error) = request.respond(result).await {
+            tracing::debug!(%error, %method, "could not answer the agent's request");
+        }
+    }
+
+    async fn permission(
+        &self,
+        params: RequestPermissionRequest,
+        request: &IncomingRequest,
+    ) -> Result<Value, ErrorObject> {
+        let token = self.router.turn_token(&params.session_id);
+        let cancelled = RequestPermissionOutcome::Cancelled;
+        let outcome = match token {
+            Some(token) if token.is_cancelled() => cancelled,
+            Some(token) => tokio::select! {
+                outcome = self.permission.request_permission(params) => outcome,
+                () = token.cancelled() => cancelled,
+                () = request.cancelled() => return Err(ErrorObject::request_cancelled()),
+            },
+            None => tokio::select! {
+                outcome = self.permission.request_permission(params) => outcome,
+                () = request.cancelled() => return Err(ErrorObject::request_cancelled()),
+            },
+        };
+        if outcome == RequestPermissionOutcome::Cancelled {
+            self.router
+                .counters
+                .permissions_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        to_result(Ok(RequestPermissionResponse::new(outcome)))
+    }
+}
+
+/// One session of a [`Client`]: its id, its modes, and its updates in arrival order.
+///
+/// Updates that arrive outside a turn (a `session/load` replay, updates sent after a prompt answer) are read with
+/// [`Session::next_update`]; during a turn, [`Turn::next`] yields them. Dropping the session unregisters it (later
+/// updates for it are counted in [`ClientStats::updates_for_dropped_sessions`] or kept as unrouted).
+pub struct Session {
+    id: SessionId,
+    client: Client,
+    rx: mpsc::Receiver<Routed>,
+    backlog: VecDeque<Routed>,
+    shared: Arc<SessionShared>,
+    modes: Option<SessionModeState>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.client.inner.router.unregister(&self.id);
+    }
+}
+
+impl Session {
+    /// The agent's session id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The modes the agent announced in `session/new` / `session/load`, if any.
+    pub fn modes(&self) -> Option<&SessionModeState> {
+        self.modes.as_ref()
+    }
+
+    async fn recv(&mut self) -> Option<Routed> {
+        match self.backlog.pop_front() {
+            Some(routed) => Some(routed),
+            None => self.rx.recv().await,
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<Routed> {
+        self.backlog.pop_front().or_else(|| self.rx.try_recv().ok())
+    }
+
+    /// The next update outside a turn; `None` once the connection is closed. A Kandev end-of-turn outside a turn is
+    /// skipped.
+    pub async fn next_update(&mut self) -> Option<Update> {
+        loop {
+            match self.recv().await? {
+                Routed::Update(update) => return Some(update),
+                Routed::KandevEnd(_) => continue,
+            }
+        }
+    }
+
+    /// The next update already received, without waiting.
+    pub fn try_next_update(&mut self) -> Option<Update> {
+        loop {
+            match self.try_recv()? {
+                Routed::Update(update) => return Some(update),
+                Routed::KandevEnd(_) => continue,
+            }
+        }
+    }
+
+    /// Sends `session/prompt` with one text block.
+    ///
+    /// # Errors
+    ///
+    /// As [`Session::prompt`].
+    pub async fn prompt_text(&mut self, text: &str) -> Result<Turn<'_>, AcpError> {
+        self.prompt(vec![ContentBlock::Text(TextContent::new(text))])
+            .await
+    }
+
+    /// Sends `session/prompt` and returns the turn: its updates, then its stop reason. One turn at a time per
+    /// session (the turn borrows the session).
+    ///
+    /// JSON sent (v1): `{"sessionId":"s1","prompt":[{"type":"text","text":"hi"}]}`; Kandev dialect:
+    /// `{"message":"hi"}` (text blocks joined).
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::NotInitialized`], [`AcpError::TooManyPendingCalls`], [`AcpError::ConnectionClosed`] (nothing sent).
+    pub async fn prompt(&mut self, prompt: Vec<ContentBlock>) -> Result<Turn<'_>, AcpError> {
+        let dialect = self.client.require_dialect()?;
+        let params = match dialect {
+            Dialect::AcpV1 => to_params(&PromptRequest::new(self.id.clone(), prompt))?,
+            Dialect::Kandev => {
+                let message: String = prompt
+                    .iter()
+                    .filter_map(|block| match block {
+                        ContentBlock::Text(text) => Some(text.text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                lock(&self.client.inner.router.kandev).active = Some(self.id.clone());
+                Some(serde_json::json!({"message": message}))
+            }
+        };
+        let token = CancellationToken::new();
+        *lock(&self.shared.turn) = Some(token.clone());
+        let call = match self
+            .client
+            .inner
+            .connection
+            .start_call(PROMPT, params)
+            .await
+        {
+            Ok(call) => call,
+            Err(error) => {
+                *lock(&self.shared.turn) = None;
+                return Err(AcpError::from_call(PROMPT, error));
+            }
+        };
+        Ok(Turn {
+            canceller: self.canceller(),
+            session: self,
+            dialect,
+            token,
+            call: Some(call),
+            phase: Phase::Running,
+        })
+    }
+
+    /// A handle that cancels this session's turn in progress from another task.
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            client: self.client.clone(),
+            session_id: self.id.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Sends `session/set_mode {"sessionId":…,"modeId":…}`.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::Rpc`] (e.g. an unknown mode), [`AcpError::ConnectionClosed`].
+    pub async fn set_mode(&self, mode_id: &str) -> Result<(), AcpError> {
+        let request = SetSessionModeRequest::new(self.id.clone(), mode_id.to_owned());
+        self.client
+            .call("session/set_mode", to_params(&request)?)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Cancels a session's turn in progress: sets the turn's cancel flag (pending and later permission requests of the
+/// turn are answered `cancelled`, the turn reports `cancelled` whatever the agent answers) and sends
+/// `session/cancel {"sessionId":…}` (Kandev dialect: `{"reason":…}`). Updates keep being accepted.
+#[derive(Clone)]
+pub struct Canceller {
+    client: Client,
+    session_id: SessionId,
+    shared: Arc<SessionShared>,
+}
+
+impl std::fmt::Debug for Canceller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Canceller")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Canceller {
+    /// Cancels the turn in progress; `Ok(false)` (nothing sent) when no turn is in progress.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::ConnectionClosed`] when the notification could not be sent (the turn is cancelled all the same).
+    pub async fn cancel(&self) -> Result<bool, AcpError> {
+        let token = lock(&self.shared.turn).clone();
+        let Some(token) = token else { return Ok(false) };
+        token.cancel();
+        let params = match self.client.dialect() {
+            Some(Dialect::Kandev) => serde_json::json!({"reason": "cancelled by the client"}),
+            _ => serde_json::to_value(CancelNotification::new(self.session_id.clone()))
+                .map_err(|error| AcpError::Encode(error.to_string()))?,
+        };
+        self.client
+            .inner
+            .connection
+            .notify("session/cancel", Some(params))
+            .await?;
+        Ok(true)
+    }
+}
+
+/// One event of a [`Turn`].
+#[derive(Debug)]
+pub enum TurnEvent {
+    /// A session update, in arrival order.
+    Update(Update),
+    /// The turn's outcome; the last event. `Ok(StopReason::Cancelled)` whenever the client cancelled.
+    End(Result<StopReason, AcpError>),
+}
+
+enum Phase {
+    Running,
+    /// The answer is in; waiting for the dispatcher to route what was read before it.
+    Barrier(oneshot::Receiver<()>, Result<StopReason, AcpError>),
+    /// Routing is done: yield what is queued, then the outcome.
+    Ending(Result<StopReason, AcpError>),
+    Done,
+}
+
+/// A prompt turn in progress: yields the session's updates, then [`TurnEvent::End`] once, then `None`.
+///
+/// Dropping an unfinished turn abandons it: the agent's answer, when it comes, is dropped and counted as a late
+/// response.
+pub struct Turn<'s> {
+    session: &'s mut Session,
+    canceller: Canceller,
+    dialect: Dialect,
+    token: CancellationToken,
+    call: Option<PendingCall>,
+    phase: Phase,
+}
+
+impl std::fmt::Debug for Turn<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turn")
+            .field("session", &self.session.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *lock(&self.session.shared.turn) = None;
+        if self.dialect == Dialect::Kandev {
+            let mut kandev = lock(&self.session.client.inner.router.kandev);
+            if kandev.active.as_ref() == Some(&self.session.id) {
+                kandev.active = None;
+            }
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// Cancels this turn (see [`Canceller`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Canceller::cancel`].
+    pub async fn cancel(&self) -> Result<bool, AcpError> {
+        self.canceller.cancel().await
+    }
+
+    /// A handle that cancels this turn from another task.
+    pub fn canceller(&self) -> Canceller {
+        self.canceller.clone()
+    }
+
+    /// Waits for the end, collecting the updates.
+    pub async fn finish(mut self) -> (Vec<Update>, Result<StopReason, AcpError>) {
+        let mut updates = Vec::new();
+        while let Some(event) = self.next().await {
+            match event {
+                TurnEvent::Update(update) => updates.push(update),
+                TurnEvent::End(outcome) => return (updates, outcome),
+            }
+        }
+        (updates, Err(AcpError::ConnectionClosed))
+    }
+
+    async fn end_with(&mut self, outcome: Result<StopReason, AcpError>) {
+        let barrier = self.session.client.barrier().await;
+        self.phase = Phase::Barrier(barrier, outcome);
+    }
+
+    /// The next event; `None` after [`TurnEvent::End`]. Cancel-safe.
+    pub async fn next(&mut self) -> Option<TurnEvent> {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Done) {
+                Phase::Done => return None,
+                Phase::Ending(outcome) => match self.session.try_recv() {
+                    Some(Routed::Update(update)) => {
+                        self.phase = Phase::Ending(outcome);
+                        return Some(TurnEvent::Update(update));
+                    }
+                    Some(Routed::KandevEnd(_)) => self.phase = Phase::Ending(outcome),
+                    None => {
+                        *lock(&self.session.shared.turn) = None;
+                        return Some(TurnEvent::End(outcome));
+                    }
+                },
+                Phase::Barrier(mut ack, outcome) => {
+                    tokio::select! {
+                        biased;
+                        routed = self.session.recv() => {
+                            self.phase = Phase::Barrier(ack, outcome);
+                            if let Some(Routed::Update(update)) = routed {
+                                return Some(TurnEvent::Update(update));
+                            }
+                            if routed.is_none() {
+                                // The dispatcher is gone: nothing more will be routed.
+                                self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
+                                    Phase::Barrier(_, outcome) => Phase::Ending(outcome),
+                                    other => other,
+                                };
+                            }
+                        }
+                        _ = &mut ack => self.phase = Phase::Ending(outcome),
+                    }
+                }
+                Phase::Running => {
+                    self.phase = Phase::Running;
+                    if let Some(event) = self.poll_running().await {
+                        return Some(event);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of a running turn: returns an update to yield, or `None` after moving to another phase.
+    async fn poll_running(&mut self) -> Option<TurnEvent> {
+        let kandev = self.dialect == Dialect::Kandev;
+        tokio::select! {
+            biased;
+            routed = self.session.recv() => match routed {
+                Some(Routed::Update(update)) => return Some(TurnEvent::Update(update)),
+                Some(Routed::KandevEnd(end)) if kandev => {
+                    let outcome = if self.token.is_cancelled() {
+                        Ok(StopReason::Cancelled)
+                    } else {
+                        end.map_err(|message| AcpError::TurnFailed { message })
+                    };
+                    self.call = None;
+                    self.end_with(outcome).await;
+                }
+                Some(Routed::KandevEnd(_)) => {}
+                None => {
+                    // The connection closed. The pending call fails with ConnectionClosed, unless it was answered.
+                    let answer = match self.call.take() {
+                        Some(call) => call.await,
+                        None => Err(agentwire_jsonrpc::CallError::ConnectionClosed),
+                    };
+                    let cancelled = self.token.is_cancelled();
+                    let outcome = if kandev {
+                        kandev_accept_outcome(cancelled, answer).unwrap_or(Err(AcpError::ConnectionClosed))
+                    } else {
+                        prompt_outcome(cancelled, answer)
+                    };
+                    self.phase = Phase::Ending(outcome);
+                }
+            },
+            answer = async { match self.call.as_mut() { Some(call) => call.await, None => std::future::pending().await } } => {
+                self.call = None;
+                let cancelled = self.token.is_cancelled();
+                if kandev {
+                    if let Some(outcome) = kandev_accept_outcome(cancelled, answer) {
+                        self.end_with(outcome).await;
+                    }
+                } else {
+                    let outcome = prompt_outcome(cancelled, answer);
+                    self.end_with(outcome).await;
+                }
+            }
+            () = self.token.cancelled(), if kandev && self.call.is_none() => {
+                // The Kandev dialect has no answer to wait for after a cancel.
+                self.end_with(Ok(StopReason::Cancelled)).await;
+            }
+        }
+        None
+    }
+}

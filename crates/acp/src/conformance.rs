@@ -1,0 +1,1 @@
+//! Conformance checks of an ACP agent (filled in below).

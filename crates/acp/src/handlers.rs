@@ -1,0 +1,164 @@
+//! The client role's handler traits for agent-initiated requests, and the fail-closed default permission handler.
+//!
+//! Source: ACP v1 "Tool Calls" (`session/request_permission`) and "File System" (`fs/read_text_file`,
+//! `fs/write_text_file`); schema `$defs/RequestPermissionRequest`, `$defs/ReadTextFileRequest`,
+//! `$defs/WriteTextFileRequest`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use agent_client_protocol_schema::v1::{
+    PermissionOptionKind, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
+    RequestPermissionRequest, SelectedPermissionOutcome, WriteTextFileRequest,
+    WriteTextFileResponse,
+};
+use agentwire_jsonrpc::ErrorObject;
+
+/// Decides the agent's `session/request_permission` requests.
+///
+/// JSON received: `{"sessionId":"s1","toolCall":{"toolCallId":"t1"},"options":[{"optionId":"allow","name":"Allow","kind":"allow_once"}]}`;
+/// the answer is `{"outcome":{"outcome":"selected","optionId":"allow"}}` or `{"outcome":{"outcome":"cancelled"}}`.
+/// When the client cancels the turn, the runtime answers every pending request `cancelled` itself (the handler's
+/// future is dropped), as the spec requires.
+pub trait PermissionHandler: Send + Sync + 'static {
+    /// The outcome of one request. Implementations wait for a human, a policy, …
+    fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> impl Future<Output = RequestPermissionOutcome> + Send;
+}
+
+/// The default permission handler: fails closed. It selects the first `reject_once` (else `reject_always`) option
+/// the agent offers, and answers `cancelled` when there is none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RejectPermissions;
+
+impl PermissionHandler for RejectPermissions {
+    async fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> RequestPermissionOutcome {
+        let reject = [
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ]
+        .into_iter()
+        .find_map(|kind| request.options.iter().find(|option| option.kind == kind));
+        match reject {
+            Some(option) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(
+                option.option_id.clone(),
+            )),
+            None => RequestPermissionOutcome::Cancelled,
+        }
+    }
+}
+
+/// Serves the agent's `fs/read_text_file` and `fs/write_text_file` requests. Installing one makes the client
+/// advertise `clientCapabilities.fs.readTextFile` and `writeTextFile`. [`crate::RootedFs`] is the provided
+/// implementation (confined to one directory).
+pub trait FsHandler: Send + Sync + 'static {
+    /// Reads a text file. JSON received: `{"sessionId":"s1","path":"/abs/file.rs","line":10,"limit":5}`.
+    ///
+    /// # Errors
+    ///
+    /// A JSON-RPC error object sent to the agent as is (e.g. -32002 resource not found).
+    fn read_text_file(
+        &self,
+        request: ReadTextFileRequest,
+    ) -> impl Future<Output = Result<ReadTextFileResponse, ErrorObject>> + Send;
+
+    /// Writes (creates or replaces) a text file. JSON received: `{"sessionId":"s1","path":"/abs/f","content":"…"}`.
+    ///
+    /// # Errors
+    ///
+    /// A JSON-RPC error object sent to the agent as is.
+    fn write_text_file(
+        &self,
+        request: WriteTextFileRequest,
+    ) -> impl Future<Output = Result<WriteTextFileResponse, ErrorObject>> + Send;
+}
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Object-safe forms of the handler traits, so the client stores `Arc<dyn …>` while users write `async fn`.
+pub(crate) trait DynPermissionHandler: Send + Sync {
+    fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> BoxFuture<'_, RequestPermissionOutcome>;
+}
+
+impl<T: PermissionHandler> DynPermissionHandler for T {
+    fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> BoxFuture<'_, RequestPermissionOutcome> {
+        Box::pin(PermissionHandler::request_permission(self, request))
+    }
+}
+
+pub(crate) trait DynFsHandler: Send + Sync {
+    fn read_text_file(
+        &self,
+        request: ReadTextFileRequest,
+    ) -> BoxFuture<'_, Result<ReadTextFileResponse, ErrorObject>>;
+    fn write_text_file(
+        &self,
+        request: WriteTextFileRequest,
+    ) -> BoxFuture<'_, Result<WriteTextFileResponse, ErrorObject>>;
+}
+
+impl<T: FsHandler> DynFsHandler for T {
+    fn read_text_file(
+        &self,
+        request: ReadTextFileRequest,
+    ) -> BoxFuture<'_, Result<ReadTextFileResponse, ErrorObject>> {
+        Box::pin(FsHandler::read_text_file(self, request))
+    }
+    fn write_text_file(
+        &self,
+        request: WriteTextFileRequest,
+    ) -> BoxFuture<'_, Result<WriteTextFileResponse, ErrorObject>> {
+        Box::pin(FsHandler::write_text_file(self, request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_client_protocol_schema::v1::{
+        PermissionOption, ToolCallUpdate, ToolCallUpdateFields,
+    };
+
+    fn check(kinds: &[PermissionOptionKind], expect: Option<&str>) {
+        let options = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| PermissionOption::new(format!("o{i}"), format!("option {i}"), *kind))
+            .collect();
+        let tool_call = ToolCallUpdate::new("t1", ToolCallUpdateFields::new());
+        let request = RequestPermissionRequest::new("s1", tool_call, options);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let outcome = runtime.block_on(PermissionHandler::request_permission(
+            &RejectPermissions,
+            request,
+        ));
+        let got = match outcome {
+            RequestPermissionOutcome::Selected(selected) => Some(selected.option_id.to_string()),
+            _ => None,
+        };
+        assert_eq!(got.as_deref(), expect);
+    }
+
+    #[test]
+    fn default_handler_fails_closed() {
+        use PermissionOptionKind::*;
+        check(&[AllowOnce, RejectOnce], Some("o1"));
+        check(&[AllowAlways, RejectAlways, RejectOnce], Some("o2"));
+        check(&[AllowOnce, RejectAlways], Some("o1"));
+        check(&[AllowOnce, AllowAlways], None);
+        check(&[], None);
+    }
+}
