@@ -39,6 +39,14 @@ pub struct ChildConfig {
     /// After the drain window, at most this many more bytes are taken from a pipe, and only while reads complete
     /// without waiting. Default 1 MiB (Linux's largest pipe buffer). Past it the stream ends; the rest is not read.
     pub late_drain_max_bytes: usize,
+    /// When the drain window after the direct child's exit ends, send SIGKILL to whatever is left of its process
+    /// group (orphaned grandchildren such as MCP servers or a `sleep` holding a pipe). Default `true`.
+    ///
+    /// Besides ending orphans with the run, this retires the group id early: the id is the direct child's pid, and
+    /// once the group is empty the OS may hand that pid to an unrelated process, so a group signal sent much later
+    /// (a late [`Child::stop`] or drop) could reach a stranger. After this kill, later stops and drops signal only
+    /// what is still ours. With `false`, orphans live until [`Child::stop`] or the drop of the [`Child`].
+    pub kill_orphans_after_drain: bool,
 }
 
 impl Default for ChildConfig {
@@ -49,6 +57,7 @@ impl Default for ChildConfig {
             stdout_queue_items: 16,
             read_chunk_bytes: 64 * 1024,
             late_drain_max_bytes: 1024 * 1024,
+            kill_orphans_after_drain: true,
         }
     }
 }
@@ -233,6 +242,7 @@ struct Shared {
     stdin: Stdin,
     stderr: StderrTail,
     stop: OnceCell<StopOutcome>,
+    /// A SIGKILL went to the whole group: nothing of it is left, so the group id is never signalled again.
     group_killed: AtomicBool,
 }
 
@@ -256,11 +266,12 @@ impl Shared {
         }
     }
 
-    /// SIGKILL to the whole group and to the direct child.
+    /// SIGKILL to the whole group (unless one was sent before) and to the direct child.
     fn kill_all(&self) {
-        self.signal(GroupSignal::Kill);
+        if !self.group_killed.swap(true, Ordering::SeqCst) {
+            self.signal(GroupSignal::Kill);
+        }
         self.kill_direct.notify_one();
-        self.group_killed.store(true, Ordering::SeqCst);
     }
 
     async fn run_stop(&self, plan: StopPlan) -> StopOutcome {
@@ -446,9 +457,7 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if !self.handle.shared.group_killed.load(Ordering::SeqCst) {
-            self.handle.shared.kill_all();
-        }
+        self.handle.shared.kill_all();
     }
 }
 
@@ -477,7 +486,12 @@ pub(crate) fn start(
         group_killed: AtomicBool::new(false),
     });
 
-    tokio::spawn(supervise(child, exit_tx, Arc::clone(&shared)));
+    tokio::spawn(supervise(
+        child,
+        exit_tx,
+        Arc::clone(&shared),
+        config.clone(),
+    ));
     let (tx, rx) = mpsc::channel(config.stdout_queue_items.max(1));
     tokio::spawn(stdio::pump_stdout(
         stdout,
@@ -504,6 +518,7 @@ async fn supervise(
     mut child: tokio::process::Child,
     exit_tx: watch::Sender<Option<Exit>>,
     shared: Arc<Shared>,
+    config: ChildConfig,
 ) {
     let waited = loop {
         tokio::select! {
@@ -522,8 +537,12 @@ async fn supervise(
             ExitStatus::unknown()
         }
     };
-    exit_tx.send_replace(Some(Exit {
-        status,
-        at: Instant::now(),
-    }));
+    let at = Instant::now();
+    exit_tx.send_replace(Some(Exit { status, at }));
+    if config.kill_orphans_after_drain {
+        tokio::time::sleep_until(at + config.drain_window).await;
+        if !shared.group_killed.swap(true, Ordering::SeqCst) {
+            shared.signal(GroupSignal::Kill);
+        }
+    }
 }

@@ -74,6 +74,8 @@ impl Stdin {
     ///
     /// The wait is not bounded here (a child that does not read its stdin blocks the write once the pipe is full);
     /// wrap it in a timeout if needed. [`Stdin::close`] (and therefore a stop) interrupts a blocked write.
+    /// If this future is dropped after part of `bytes` went out, stdin is closed: the child never sees the rest of
+    /// that write glued to a later one.
     ///
     /// # Errors
     /// [`StdinError::Closed`] if stdin was closed before or during the write (the write may then be partial),
@@ -84,25 +86,22 @@ impl Stdin {
         if closing.is_cancelled() {
             return Err(StdinError::Closed);
         }
-        let mut guard = tokio::select! {
+        let pipe = tokio::select! {
             guard = self.inner.pipe.lock() => guard,
             () = closing.cancelled() => return Err(StdinError::Closed),
         };
-        let Some(pipe) = guard.as_mut() else {
-            return Err(StdinError::Closed);
+        let mut inflight = Inflight {
+            pipe,
+            closing,
+            written: 0,
+            total: bytes.len(),
+            finished: false,
         };
         let result = tokio::select! {
-            written = async {
-                pipe.write_all(bytes).await?;
-                pipe.flush().await
-            } => written.map_err(StdinError::from_io),
+            written = inflight.write(bytes) => written,
             () = closing.cancelled() => Err(StdinError::Closed),
         };
-        if result.is_err() {
-            // A failed write may have been partial: never write after it.
-            *guard = None;
-            closing.cancel();
-        }
+        inflight.finish(&result);
         result
     }
 
@@ -117,6 +116,58 @@ impl Stdin {
     /// Whether stdin has been closed (by [`Stdin::close`], a stop, or a failed write).
     pub fn is_closed(&self) -> bool {
         self.inner.closing.is_cancelled()
+    }
+}
+
+/// One write in progress, holding the pipe's lock. Closes stdin if the write fails or is abandoned half-way.
+struct Inflight<'a> {
+    pipe: tokio::sync::MutexGuard<'a, Option<ChildStdin>>,
+    closing: &'a CancellationToken,
+    written: usize,
+    total: usize,
+    finished: bool,
+}
+
+impl Inflight<'_> {
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), StdinError> {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return Err(StdinError::Closed);
+        };
+        while let Some(rest) = bytes.get(self.written..).filter(|rest| !rest.is_empty()) {
+            match pipe.write(rest).await {
+                Ok(0) => return Err(StdinError::Io(io::ErrorKind::WriteZero.into())),
+                Ok(n) => self.written += n,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(StdinError::from_io(err)),
+            }
+        }
+        pipe.flush().await.map_err(StdinError::from_io)
+    }
+
+    fn finish(&mut self, result: &Result<(), StdinError>) {
+        self.finished = true;
+        if result.is_err() {
+            // A failed write may have been partial: never write after it.
+            self.close();
+        }
+    }
+
+    fn close(&mut self) {
+        *self.pipe = None;
+        self.closing.cancel();
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        if !self.finished && self.written > 0 && self.written < self.total {
+            tracing::debug!(
+                written = self.written,
+                total = self.total,
+                "stdin write abandoned half-way; closing stdin"
+            );
+            self.close();
+        }
     }
 }
 

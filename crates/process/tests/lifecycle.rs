@@ -4,7 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use agentwire_process::{CancellationToken, ExitStatus, StdoutEnd, StopStep, WaitOutcome};
+use agentwire_process::{
+    CancellationToken, ChildConfig, ExitStatus, StdoutEnd, StopStep, WaitOutcome,
+};
 use common::{guard, plan, read_line, read_to_end, sh, wait_gone};
 
 #[tokio::test]
@@ -241,4 +243,62 @@ async fn wait_or_stop_reports_exit_timeout_and_cancellation() {
         other => panic!("expected a cancellation, got {other:?}"),
     }
     assert_eq!(outcome.status().code_or_signal(), 143);
+}
+
+#[tokio::test]
+async fn orphans_are_killed_when_the_drain_window_ends() {
+    let mut child = sh("sleep 60 & echo $!")
+        .drain_window(Duration::from_millis(100))
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let grandchild: i32 = read_line(&mut stdout, &mut Vec::new())
+        .await
+        .parse()
+        .unwrap();
+    assert!(guard("wait", child.wait()).await.success());
+    wait_gone(grandchild).await; // no stop, no drop: the drain window's end killed it
+    drop(child);
+}
+
+#[tokio::test]
+async fn orphans_live_until_stop_when_the_drain_kill_is_off() {
+    let config = ChildConfig {
+        drain_window: Duration::from_millis(50),
+        kill_orphans_after_drain: false,
+        ..ChildConfig::default()
+    };
+    let mut child = sh("sleep 60 & echo $!")
+        .config(config)
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let grandchild: i32 = read_line(&mut stdout, &mut Vec::new())
+        .await
+        .parse()
+        .unwrap();
+    guard("wait", child.wait()).await;
+    guard("stderr drain window", child.stderr_tail().finished()).await;
+    assert!(
+        !common::is_gone(grandchild),
+        "the grandchild outlives the drain window"
+    );
+    let outcome = guard("stop", child.stop(plan(0, 0))).await;
+    assert_eq!(outcome.ended_by, StopStep::AlreadyExited);
+    wait_gone(grandchild).await;
+}
+
+#[tokio::test]
+async fn stop_is_not_blocked_by_a_stuck_stdin_writer() {
+    let mut child = sh("echo ready; exec sleep 60").spawn().expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    assert_eq!(read_line(&mut stdout, &mut Vec::new()).await, "ready");
+    let stdin = child.stdin();
+    let writer = tokio::spawn(async move { stdin.write_all(&vec![b'x'; 1 << 20]).await });
+    let outcome = guard("stop", child.stop(plan(50, 10_000))).await;
+    assert_eq!(outcome.ended_by, StopStep::Sigterm);
+    match guard("writer", writer).await.unwrap() {
+        Err(err) => assert_eq!(err.code(), "stdin_closed"),
+        Ok(()) => panic!("a 1 MiB write to a child that never reads cannot succeed"),
+    }
 }

@@ -292,3 +292,36 @@ async fn readiness_line_is_read_before_the_rest() {
     child.stdin().write_line(b"go").await.unwrap();
     assert_eq!(read_line(&mut stdout, &mut rest).await, "after:go");
 }
+
+#[tokio::test]
+async fn a_write_abandoned_half_way_closes_stdin() {
+    use futures_util::FutureExt;
+    let child = sh("exec sleep 60").spawn().expect("spawn");
+    let stdin = child.stdin();
+    // A first write makes the pipe known writable to the reactor (until then a write waits without writing).
+    stdin.write_all(b"warm-up").await.unwrap();
+    // The pipe takes its buffer's worth at once, then the write would wait: dropping it leaves a partial write.
+    assert!(
+        stdin
+            .write_all(&vec![b'x'; 1 << 20])
+            .now_or_never()
+            .is_none()
+    );
+    assert!(
+        stdin.is_closed(),
+        "the rest of the write must never be glued to a later one"
+    );
+    check_stdin_error(stdin.write_line(b"next").await, "stdin_closed");
+}
+
+#[tokio::test]
+async fn close_interrupts_a_blocked_write() {
+    let child = sh("exec sleep 60").spawn().expect("spawn");
+    let stdin = child.stdin();
+    let writer = {
+        let stdin = stdin.clone();
+        tokio::spawn(async move { stdin.write_all(&vec![b'x'; 1 << 20]).await })
+    };
+    guard("close", stdin.close()).await;
+    check_stdin_error(guard("writer", writer).await.unwrap(), "stdin_closed");
+}
