@@ -381,9 +381,13 @@ impl Message {
     /// [`InvalidMessage`] with code -32700 when the text is not JSON, -32600 otherwise, carrying the id when it could
     /// be read.
     pub fn from_slice(text: &[u8]) -> Result<Message, InvalidMessage> {
+        // serde's derived struct visitor also accepts a JSON array (fields by position): rule arrays out first.
+        if text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(diagnose(text, None));
+        }
         match serde_json::from_slice::<Envelope<'_>>(text) {
             Ok(envelope) => envelope.validate(),
-            Err(error) => Err(diagnose(text, &error)),
+            Err(error) => Err(diagnose(text, Some(&error))),
         }
     }
 
@@ -453,7 +457,7 @@ impl<'a> Envelope<'a> {
 }
 
 /// The slow path, only for text that failed the fast path: find out what the text was and recover its id.
-fn diagnose(text: &[u8], error: &serde_json::Error) -> InvalidMessage {
+fn diagnose(text: &[u8], error: Option<&serde_json::Error>) -> InvalidMessage {
     let first = text.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let value: Value = match serde_json::from_slice(text) {
         Ok(value) => value,
@@ -493,7 +497,10 @@ fn diagnose(text: &[u8], error: &serde_json::Error) -> InvalidMessage {
         id,
         response_like,
         batch: false,
-        reason: lowercase_first(&error.to_string()),
+        reason: error.map_or_else(
+            || "invalid request".to_owned(),
+            |e| lowercase_first(&e.to_string()),
+        ),
     }
 }
 
@@ -676,6 +683,8 @@ mod tests {
             Err((-32700, None, true)),
         );
         check("[]", Err((-32600, None, true)));
+        check(r#"["2.0", 1, "m"]"#, Err((-32600, None, true)));
+        check(" [1", Err((-32700, None, true)));
         check(
             r#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#,
             Err((-32600, None, true)),
