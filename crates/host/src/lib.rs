@@ -6,9 +6,15 @@
 //! (directory creation), [`attachments`] (reading attachment files), [`agents`] (reading `agents.toml`) and
 //! [`turn`] (the agent child process, through `agentwire-awp`'s session shell).
 
+pub mod agents;
+pub mod attachments;
 pub mod ids;
 pub mod paths;
 pub mod store;
+pub mod turn;
 
+pub use agents::{AgentEntry, AgentError, AgentProtocol, AgentRegistry, AgentSpec, ConfigError};
+pub use attachments::{Attachment, AttachmentError, AttachmentLimits};
 pub use ids::{IdError, RunId, ThreadId};
 pub use store::{RunStatus, Store, StoreError};
+pub use turn::{TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn};

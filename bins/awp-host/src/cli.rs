@@ -1,0 +1,129 @@
+//! Command-line shape (clap derive); every flag is documented here and in `docs/awp-host.md`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  awp-host chat \"What is in this directory?\"
+  awp-host chat --thread th_3f9a0c1d2b4e5f60 \"And the largest file?\"
+  echo \"summarize\" | awp-host chat --attach notes.txt --jsonl
+  awp-host threads list
+  awp-host agents list --json
+
+Exit codes: 0 ok, 2 usage, 3 agent unavailable, 6 turn failed, 7 cancelled or timed out,
+8 protocol violation or internal error, 130 second Ctrl-C.
+Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter).";
+
+/// Headless AWP host: chat with agent CLIs, persisted threads, resumable sessions.
+#[derive(Debug, Parser)]
+#[command(name = "awp-host", version, after_help = MAIN_EXAMPLES)]
+pub struct Cli {
+    /// Data directory holding the SQLite store [default: $AWP_HOST_DATA_DIR, else $XDG_DATA_HOME/awp-host,
+    /// else ~/.local/share/awp-host]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Configuration directory holding agents.toml [default: $AWP_HOST_CONFIG_DIR, else
+    /// $XDG_CONFIG_HOME/awp-host, else ~/.config/awp-host]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send one turn to an agent and stream its answer; the turn is stored in a thread.
+    #[command(after_help = CHAT_EXAMPLES)]
+    Chat(ChatArgs),
+    /// List and show stored threads.
+    #[command(subcommand)]
+    Threads(ThreadsCommand),
+    /// List configured agents.
+    #[command(subcommand)]
+    Agents(AgentsCommand),
+}
+
+const CHAT_EXAMPLES: &str = "\
+Examples:
+  awp-host chat \"hello\"                               new thread with the default agent
+  awp-host chat --agent claude --model sonnet \"hi\"     a named agent from agents.toml
+  awp-host chat --thread th_3f9a0c1d2b4e5f60 \"more\"    follow-up: resumes the agent's session
+  awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
+  git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
+  awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
+
+Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
+the status line (status, tokens, duration, thread id) and errors go to stderr.
+Ctrl-C cancels the turn (recorded `cancelled`, exit 7); a second Ctrl-C exits at once (exit 130).";
+
+/// `chat` arguments.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Agent name (see `awp-host agents list`) [default: the thread's agent, else the configured default]
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Continue this thread (resumes the agent's native session with --resume)
+    #[arg(long, value_name = "ID", conflicts_with = "new")]
+    pub thread: Option<String>,
+    /// Start a new thread (the default without --thread)
+    #[arg(long)]
+    pub new: bool,
+    /// Model to ask the agent for (passed as --model) [default: the agent's configured model]
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Attach a file (repeatable): PNG, JPEG, GIF, WebP → image; PDF → document; UTF-8 text → text.
+    /// At most 10 MiB each, 16 per turn
+    #[arg(long = "attach", value_name = "FILE")]
+    pub attach: Vec<PathBuf>,
+    /// Print one JSON object at the end: the result record plus the full assistant `text`
+    #[arg(long, conflicts_with = "jsonl")]
+    pub json: bool,
+    /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record
+    #[arg(long)]
+    pub jsonl: bool,
+    /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m` [default: off]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max)
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Vec<String>,
+}
+
+/// `threads` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ThreadsCommand {
+    /// List threads, most recently updated first.
+    List {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        /// Show at most this many threads
+        #[arg(long, default_value_t = 50, value_name = "N")]
+        limit: usize,
+    },
+    /// Show a thread's messages, runs and session ids.
+    Show {
+        /// Thread id (`th_…`)
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `agents` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// List agents: name, protocol, executable, model, and whether each is usable (or why not).
+    List {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}

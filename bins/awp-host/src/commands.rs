@@ -1,0 +1,453 @@
+//! Subcommand implementations: wiring of `agentwire-host` (store, agents, turn runner) to the terminal.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use agentwire_host::agents::{AgentEntry, AgentRegistry};
+use agentwire_host::attachments::{AttachmentLimits, read_attachments};
+use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord};
+use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
+use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::cli::{AgentsCommand, ChatArgs, Cli, Command, ThreadsCommand};
+use crate::exit::Exit;
+use crate::render::{Format, Renderer, failure_message, status_line};
+
+/// Maximum prompt size read from stdin, in bytes (1 MiB). One byte more is a usage error (exit 2).
+pub const MAX_STDIN_PROMPT_BYTES: u64 = 1024 * 1024;
+
+fn env_lookup(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Runs the parsed command line.
+///
+/// # Errors
+/// A [`Failure`] to print, with its exit status.
+pub async fn run(cli: Cli) -> Result<Exit, Failure> {
+    match cli.command {
+        Command::Chat(args) => chat(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await,
+        Command::Threads(cmd) => threads(cli.data_dir.as_deref(), cmd),
+        Command::Agents(AgentsCommand::List { json }) => {
+            agents_list(cli.config_dir.as_deref(), json)
+        }
+    }
+}
+
+fn open_store(flag: Option<&Path>) -> Result<Store, Failure> {
+    let dir = paths::data_dir(flag, &env_lookup)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let store = Store::open(&dir).map_err(|e| store_failure(&e))?;
+    for run in store.recovered_runs() {
+        eprintln!(
+            "awp-host: note: run {run} was left running by a host that stopped; marked interrupted"
+        );
+    }
+    Ok(store)
+}
+
+fn store_failure(e: &StoreError) -> Failure {
+    let exit = match e {
+        StoreError::ThreadNotFound(_) => Exit::Usage,
+        _ => Exit::Protocol,
+    };
+    Failure::from_error(exit, e.code(), e)
+}
+
+fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
+    let dir = paths::config_dir(flag, &env_lookup)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    AgentRegistry::load(&dir, &env_lookup, exe_dir.as_deref())
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))
+}
+
+fn usage(code: &str, message: impl Into<String>) -> Failure {
+    Failure::new(Exit::Usage, code, message)
+}
+
+fn read_prompt(args: &[String]) -> Result<String, Failure> {
+    let from_stdin = match args {
+        [dash] if dash == "-" => true,
+        [] => {
+            if std::io::stdin().is_terminal() {
+                return Err(usage(
+                    "prompt_missing",
+                    "no prompt given (pass PROMPT, or `-` to read stdin)",
+                ));
+            }
+            true
+        }
+        _ => false,
+    };
+    if !from_stdin {
+        return Ok(args.join(" "));
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_STDIN_PROMPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Failure::from_error(Exit::Usage, "prompt_unreadable", &e))?;
+    if bytes.len() as u64 > MAX_STDIN_PROMPT_BYTES {
+        return Err(usage(
+            "prompt_too_large",
+            format!("the prompt on stdin is larger than {MAX_STDIN_PROMPT_BYTES} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))
+}
+
+/// Resolves when the user presses Ctrl-C once; a second Ctrl-C exits the process with 130 at once.
+fn cancel_on_ctrl_c() -> Result<impl std::future::Future<Output = ()>, Failure> {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    #[cfg(unix)]
+    let mut signals = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| Failure::from_error(Exit::Protocol, "signal_handler", &e))?;
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let first = signals.recv().await.is_some();
+        #[cfg(not(unix))]
+        let first = tokio::signal::ctrl_c().await.is_ok();
+        if !first {
+            return;
+        }
+        eprintln!("\nawp-host: cancelling the turn (press Ctrl-C again to exit now)");
+        if tx.send(()).is_err() {
+            // The turn is already over; nothing to cancel.
+        }
+        #[cfg(unix)]
+        let second = signals.recv().await.is_some();
+        #[cfg(not(unix))]
+        let second = tokio::signal::ctrl_c().await.is_ok();
+        if second {
+            eprintln!("awp-host: interrupted");
+            std::process::exit(i32::from(Exit::Interrupted.code()));
+        }
+    });
+    Ok(async move {
+        if rx.await.is_err() {
+            // The signal task ended without a Ctrl-C: never cancel.
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+async fn chat(
+    data_dir: Option<&Path>,
+    config_dir: Option<&Path>,
+    args: ChatArgs,
+) -> Result<Exit, Failure> {
+    let format = if args.json {
+        Format::Json
+    } else if args.jsonl {
+        Format::Jsonl
+    } else {
+        Format::Human
+    };
+    let thread = match &args.thread {
+        Some(id) => {
+            Some(ThreadId::parse(id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?)
+        }
+        None => None,
+    };
+    let prompt = read_prompt(&args.prompt)?;
+    let attachments = read_attachments(&args.attach, &AttachmentLimits::default())
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let mut store = open_store(data_dir)?;
+    let registry = load_agents(config_dir)?;
+    let thread_agent = match &thread {
+        Some(id) => Some(
+            store
+                .thread(id)
+                .map_err(|e| store_failure(&e))?
+                .ok_or_else(|| store_failure(&StoreError::ThreadNotFound(id.clone())))?
+                .agent,
+        ),
+        None => None,
+    };
+    let agent_name = args.agent.as_deref().or(thread_agent.as_deref());
+    let agent = registry.resolve(agent_name).map_err(|e| {
+        let exit = match e {
+            AgentError::NotFound { .. } => Exit::Usage,
+            _ => Exit::AgentUnavailable,
+        };
+        Failure::from_error(exit, e.code(), &e)
+    })?;
+    let options = TurnOptions {
+        idle_timeout: args.idle_timeout,
+        ..TurnOptions::default()
+    };
+    let request = TurnRequest {
+        thread,
+        model: args.model.clone(),
+        prompt,
+        attachments,
+    };
+    let cancel = cancel_on_ctrl_c()?;
+    let stdout = std::io::stdout();
+    let mut renderer = Renderer::new(format, stdout.lock());
+    let result = run_turn(
+        &mut store,
+        agent,
+        request,
+        &options,
+        &mut |event| renderer.event(event),
+        cancel,
+    )
+    .await;
+    let report = result.map_err(|e| {
+        let exit = match &e {
+            TurnSetupError::ProtocolNotSupported { .. } | TurnSetupError::Launch { .. } => {
+                Exit::AgentUnavailable
+            }
+            TurnSetupError::ThreadAgentMismatch { .. } | TurnSetupError::EmptyPrompt => Exit::Usage,
+            TurnSetupError::Store(s) => return store_failure(s),
+            _ => Exit::Protocol,
+        };
+        Failure::from_error(exit, e.code(), &e)
+    })?;
+    renderer.finish(&report);
+    if let Some(e) = renderer.take_error() {
+        return Err(Failure::from_error(
+            Exit::Protocol,
+            "output_write_failed",
+            &e,
+        ));
+    }
+    drop(renderer);
+    if format == Format::Human {
+        eprintln!("{}", status_line(&report));
+    }
+    match (&report.status, &report.error_code) {
+        (RunStatus::Succeeded, _) => Ok(Exit::Ok),
+        (_, code) => {
+            let code = code.as_deref().unwrap_or("turn_failed");
+            let mut message = failure_message(code, report.error_detail.as_deref());
+            let tail_line = report
+                .stderr_tail
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty());
+            if (code == "spawn_failed" || code == "agent_exited_mid_turn")
+                && let Some(last) = tail_line
+            {
+                let last = agentwire_host::store::bounded_line(last, 200);
+                message.push_str(&format!(" (agent stderr: {last})"));
+            }
+            Err(Failure::new(Exit::for_turn_code(code), code, message))
+        }
+    }
+}
+
+fn format_ms(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn print_out(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::from_error(Exit::Protocol, "output_write_failed", &e))
+}
+
+fn thread_json(t: &ThreadRecord) -> Value {
+    json!({
+        "id": t.id.as_str(),
+        "agent": t.agent,
+        "title": t.title,
+        "session_id": t.session_id,
+        "created_at": format_ms(t.created_at_ms),
+        "updated_at": format_ms(t.updated_at_ms),
+        "run_count": t.run_count,
+    })
+}
+
+fn run_json(r: &RunRecord) -> Value {
+    json!({
+        "id": r.id.as_str(),
+        "agent": r.agent,
+        "model": r.model,
+        "status": r.status.as_str(),
+        "started_at": format_ms(r.started_at_ms),
+        "ended_at": r.ended_at_ms.map(format_ms),
+        "resumed_session_id": r.resumed_session_id,
+        "session_id": r.session_id,
+        "usage": r.usage.as_ref().map(|u| json!({
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cache_read_input_tokens": u.cache_read_input_tokens,
+            "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        })),
+        "error": r.error_code.as_ref().map(|c| json!({"code": c})),
+        "total_cost_usd": r.total_cost_usd,
+    })
+}
+
+fn detail_json(d: &ThreadDetail) -> Value {
+    json!({
+        "thread": thread_json(&d.thread),
+        "messages": d.messages.iter().map(|m| json!({
+            "run_id": m.run_id.as_str(),
+            "role": m.role.as_str(),
+            "content": m.content,
+            "created_at": format_ms(m.created_at_ms),
+        })).collect::<Vec<_>>(),
+        "runs": d.runs.iter().map(run_json).collect::<Vec<_>>(),
+        "sessions": d.sessions.iter().map(|s| json!({
+            "session_id": s.session_id,
+            "run_id": s.run_id.as_str(),
+            "first_seen_at": format_ms(s.first_seen_at_ms),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure> {
+    let store = open_store(data_dir)?;
+    match cmd {
+        ThreadsCommand::List { json, limit } => {
+            let list = store.list_threads(limit).map_err(|e| store_failure(&e))?;
+            if json {
+                let value = Value::Array(list.iter().map(thread_json).collect());
+                print_out(&format!("{value}\n"))?;
+            } else if list.is_empty() {
+                print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
+            } else {
+                let mut text = format!(
+                    "{:<20}  {:<16}  {:>4}  {:<20}  {}\n",
+                    "ID", "AGENT", "RUNS", "UPDATED", "TITLE"
+                );
+                for t in &list {
+                    text.push_str(&format!(
+                        "{:<20}  {:<16}  {:>4}  {:<20}  {}\n",
+                        t.id,
+                        t.agent,
+                        t.run_count,
+                        format_ms(t.updated_at_ms),
+                        t.title
+                    ));
+                }
+                print_out(&text)?;
+            }
+        }
+        ThreadsCommand::Show { id, json } => {
+            let id =
+                ThreadId::parse(&id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+            let detail = store.thread_detail(&id).map_err(|e| store_failure(&e))?;
+            if json {
+                print_out(&format!("{}\n", detail_json(&detail)))?;
+            } else {
+                print_out(&detail_text(&detail))?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+fn detail_text(d: &ThreadDetail) -> String {
+    let t = &d.thread;
+    let mut s = format!(
+        "thread {}  agent {}  session {}\ntitle: {}\ncreated {}  updated {}\n",
+        t.id,
+        t.agent,
+        t.session_id.as_deref().unwrap_or("-"),
+        t.title,
+        format_ms(t.created_at_ms),
+        format_ms(t.updated_at_ms)
+    );
+    s.push_str("\nmessages:\n");
+    for m in &d.messages {
+        s.push_str(&format!("[{}] ({})\n", m.role.as_str(), m.run_id));
+        s.push_str(&m.content);
+        if !m.content.ends_with('\n') {
+            s.push('\n');
+        }
+    }
+    s.push_str("\nruns:\n");
+    for r in &d.runs {
+        let usage = r
+            .usage
+            .as_ref()
+            .map(|u| format!("{} in / {} out", u.input_tokens, u.output_tokens));
+        s.push_str(&format!(
+            "{}  {:<11}  {}  {}{}\n",
+            r.id,
+            r.status.as_str(),
+            format_ms(r.started_at_ms),
+            usage.unwrap_or_else(|| "-".into()),
+            r.error_code
+                .as_ref()
+                .map(|c| format!("  error {c}"))
+                .unwrap_or_default()
+        ));
+    }
+    s.push_str("\nsession ids (oldest first):\n");
+    for sess in &d.sessions {
+        s.push_str(&format!(
+            "{}  (first seen in {})\n",
+            sess.session_id, sess.run_id
+        ));
+    }
+    s
+}
+
+fn entry_json(e: &AgentEntry, default: &str) -> Value {
+    json!({
+        "name": e.name,
+        "source": e.source.as_str(),
+        "protocol": e.protocol,
+        "executable": e.executable.as_ref().map(|p| p.display().to_string()),
+        "model": e.model,
+        "default": e.name == default,
+        "usable": e.is_usable(),
+        "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
+    })
+}
+
+fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
+    let registry = load_agents(config_dir)?;
+    let default = registry.default_name();
+    if json {
+        let value = Value::Array(
+            registry
+                .entries()
+                .iter()
+                .map(|e| entry_json(e, default))
+                .collect(),
+        );
+        print_out(&format!("{value}\n"))?;
+        return Ok(Exit::Ok);
+    }
+    let mut text = format!(
+        "  {:<16}  {:<11}  {:<12}  {:<40}  {}\n",
+        "NAME", "PROTOCOL", "MODEL", "EXECUTABLE", "STATUS"
+    );
+    for e in registry.entries() {
+        let status = match &e.status {
+            Ok(_) => "usable".to_owned(),
+            Err(err) => format!("unusable: {err} ({})", err.code()),
+        };
+        text.push_str(&format!(
+            "{} {:<16}  {:<11}  {:<12}  {:<40}  {}\n",
+            if e.name == default { '*' } else { ' ' },
+            e.name,
+            e.protocol.as_deref().unwrap_or("-"),
+            e.model.as_deref().unwrap_or("-"),
+            e.executable
+                .as_deref()
+                .map(|p: &Path| p.display().to_string())
+                .unwrap_or_else(|| "-".into()),
+            status
+        ));
+    }
+    text.push_str("(* = default agent)\n");
+    print_out(&text)?;
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,94 @@
+//! The exit code table of `awp-host` (one place; tested). Documented in `docs/awp-host.md`.
+
+use std::process::ExitCode;
+
+/// Every exit status `awp-host` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: success (the turn succeeded; every check rule passed).
+    Ok,
+    /// 2: usage error: bad flags, unknown thread or agent name, unreadable/oversized/unsupported attachment or
+    /// prompt, invalid configuration file.
+    Usage,
+    /// 3: agent unavailable: launch validation failed, executable missing, spawn failure, protocol not supported
+    /// by `chat` (ACP).
+    AgentUnavailable,
+    /// 6: the turn failed: the agent's result was an error, it exited mid-turn, stdin could not be written.
+    TurnFailed,
+    /// 7: the turn was cancelled (Ctrl-C) or timed out (idle timeout).
+    Cancelled,
+    /// 8: protocol violation or internal error: stdout line over the limit, invalid session id, a failed
+    /// conformance rule, a store failure.
+    Protocol,
+    /// 130: a second Ctrl-C during cancellation exited immediately (128 + SIGINT).
+    Interrupted,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Usage => 2,
+            Exit::AgentUnavailable => 3,
+            Exit::TurnFailed => 6,
+            Exit::Cancelled => 7,
+            Exit::Protocol => 8,
+            Exit::Interrupted => 130,
+        }
+    }
+
+    /// Exit status for a run that ended with failure code `code` (the stable codes of `agentwire_awp::codes`,
+    /// `agentwire_process` spawn codes and the turn runner's codes).
+    pub fn for_turn_code(code: &str) -> Exit {
+        match code {
+            "spawn_failed" => Exit::AgentUnavailable,
+            "cancelled" | "agent_idle_timeout" => Exit::Cancelled,
+            "stdout_line_too_long" | "invalid_session_id" | "output_before_input" => Exit::Protocol,
+            _ => Exit::TurnFailed,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(code: &str, expect: u8) {
+        assert_eq!(Exit::for_turn_code(code).code(), expect, "{code}");
+    }
+
+    #[test]
+    fn turn_codes_map_to_the_documented_exit_statuses() {
+        check("agent_error", 6);
+        check("agent_exited_mid_turn", 6);
+        check("stdin_write_failed", 6);
+        check("spawn_failed", 3);
+        check("cancelled", 7);
+        check("agent_idle_timeout", 7);
+        check("stdout_line_too_long", 8);
+        check("invalid_session_id", 8);
+    }
+
+    #[test]
+    fn the_table_is_stable() {
+        let all = [
+            (Exit::Ok, 0),
+            (Exit::Usage, 2),
+            (Exit::AgentUnavailable, 3),
+            (Exit::TurnFailed, 6),
+            (Exit::Cancelled, 7),
+            (Exit::Protocol, 8),
+            (Exit::Interrupted, 130),
+        ];
+        for (exit, code) in all {
+            assert_eq!(exit.code(), code);
+        }
+    }
+}

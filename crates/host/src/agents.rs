@@ -1,0 +1,756 @@
+//! The agents registry: the agent from the AWP launch variables, named agents from `agents.toml` and the bundled
+//! `awp-agent`, each validated before use.
+//!
+//! `agents.toml` (in the config directory, see [`crate::paths::config_dir`]):
+//!
+//! ```toml
+//! # Optional: the agent `chat` uses without --agent.
+//! default = "claude"
+//!
+//! [[agents]]
+//! name = "claude"                       # [A-Za-z0-9._-]{1,64}; not "env" or "awp-agent"
+//! protocol = "stream-json"              # awp-jsonl | stream-json | acp
+//! executable = "/usr/local/bin/claude"  # absolute path to a regular, executable file (no symlink)
+//! args = ["--permission-mode", "acceptEdits"]
+//! env = { ANTHROPIC_API_KEY = "sk-..." }
+//! model = "sonnet"
+//! remote_api_opt_in = false             # allow non-loopback http(s) URLs in args/env
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agentwire_awp::launch::{
+    VAR_ARGS_JSON, VAR_DEFAULT_MODEL, VAR_ENV_JSON, VAR_EXECUTABLE, VAR_REMOTE_API_OPT_IN,
+};
+use agentwire_awp::{LaunchConfig, LaunchError, Protocol};
+
+/// File name of the agents configuration inside the config directory.
+pub const CONFIG_FILE: &str = "agents.toml";
+/// Name of the agent configured by the `AWP_AGENT_*` variables.
+pub const ENV_AGENT: &str = "env";
+/// Name of the bundled reference agent (`awp-agent` next to the `awp-host` executable).
+pub const BUNDLED_AGENT: &str = "awp-agent";
+/// Maximum size of `agents.toml` in bytes (1 MiB); a larger file is [`ConfigError::TooLarge`].
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Wire protocol an agent speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentProtocol {
+    /// AWP JSON Lines (`awp-jsonl`).
+    AwpJsonl,
+    /// Claude Code's stream-json (`stream-json`).
+    StreamJson,
+    /// Agent Client Protocol v1 over stdio (`acp`).
+    Acp,
+}
+
+impl AgentProtocol {
+    /// `awp-jsonl | stream-json | acp`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentProtocol::AwpJsonl => "awp-jsonl",
+            AgentProtocol::StreamJson => "stream-json",
+            AgentProtocol::Acp => "acp",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "awp-jsonl" => Some(AgentProtocol::AwpJsonl),
+            "stream-json" => Some(AgentProtocol::StreamJson),
+            "acp" => Some(AgentProtocol::Acp),
+            _ => None,
+        }
+    }
+
+    /// The AWP protocol, `None` for ACP.
+    pub fn awp(self) -> Option<Protocol> {
+        match self {
+            AgentProtocol::AwpJsonl => Some(Protocol::AwpJsonl),
+            AgentProtocol::StreamJson => Some(Protocol::StreamJson),
+            AgentProtocol::Acp => None,
+        }
+    }
+}
+
+/// Where an agent definition comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The `AWP_AGENT_*` variables.
+    Environment,
+    /// An `[[agents]]` entry of `agents.toml`.
+    ConfigFile,
+    /// The bundled `awp-agent`.
+    Bundled,
+}
+
+impl AgentSource {
+    /// `environment | config | bundled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentSource::Environment => "environment",
+            AgentSource::ConfigFile => "config",
+            AgentSource::Bundled => "bundled",
+        }
+    }
+}
+
+/// A usable agent definition. `Debug` never shows env values.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AgentSpec {
+    /// Name used with `--agent`.
+    pub name: String,
+    /// Protocol.
+    pub protocol: AgentProtocol,
+    /// Launch configuration (for ACP agents: executable, args, env; protocol unused).
+    pub launch: LaunchConfig,
+}
+
+impl std::fmt::Debug for AgentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSpec")
+            .field("name", &self.name)
+            .field("protocol", &self.protocol)
+            .field("launch", &self.launch)
+            .finish()
+    }
+}
+
+/// Why an agent (or the whole configuration) cannot be used.
+#[non_exhaustive]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `agents.toml` could not be read.
+    #[error("cannot read {path}: {kind}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// The IO error kind.
+        kind: std::io::ErrorKind,
+    },
+    /// `agents.toml` is larger than [`MAX_CONFIG_BYTES`].
+    #[error("{path} is larger than {MAX_CONFIG_BYTES} bytes")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// `agents.toml` is not valid TOML or has an unexpected shape.
+    #[error("{path} is invalid: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (names the line, never a value).
+        message: String,
+    },
+    /// An entry field is missing.
+    #[error("missing field `{field}`")]
+    MissingField {
+        /// Field name.
+        field: &'static str,
+    },
+    /// An entry field has the wrong type or an unknown field is present.
+    #[error("invalid entry: {message}")]
+    InvalidEntry {
+        /// What is wrong.
+        message: String,
+    },
+    /// The protocol is not `awp-jsonl | stream-json | acp`.
+    #[error("unknown protocol (expected awp-jsonl, stream-json or acp)")]
+    UnknownProtocol,
+    /// The name is not `[A-Za-z0-9._-]{1,64}`.
+    #[error("invalid agent name (expected 1 to 64 of A-Z a-z 0-9 . _ -)")]
+    InvalidName,
+    /// Another entry (or a built-in agent) already has this name.
+    #[error("duplicate agent name")]
+    DuplicateName,
+    /// A launch rule failed (executable, args, env, model, remote URL).
+    #[error("{message}")]
+    Launch {
+        /// The rule's message, phrased with the config field names.
+        message: String,
+        /// The launch rule's stable code, e.g. `executable_not_found`.
+        launch_code: &'static str,
+    },
+    /// The bundled `awp-agent` is not next to the `awp-host` executable.
+    #[error("bundled awp-agent not found at {path}")]
+    BundledAgentMissing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// `default` names no configured agent.
+    #[error("default agent `{name}` is not configured")]
+    UnknownDefault {
+        /// The name.
+        name: String,
+    },
+}
+
+impl ConfigError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ConfigError::Unreadable { .. } => "config_unreadable",
+            ConfigError::TooLarge { .. } => "config_too_large",
+            ConfigError::Syntax { .. } => "config_invalid",
+            ConfigError::MissingField { .. } => "agent_field_missing",
+            ConfigError::InvalidEntry { .. } => "agent_entry_invalid",
+            ConfigError::UnknownProtocol => "protocol_unknown",
+            ConfigError::InvalidName => "agent_name_invalid",
+            ConfigError::DuplicateName => "agent_name_duplicate",
+            ConfigError::Launch { launch_code, .. } => launch_code,
+            ConfigError::BundledAgentMissing { .. } => "bundled_agent_missing",
+            ConfigError::UnknownDefault { .. } => "default_agent_unknown",
+        }
+    }
+
+    fn from_launch(err: &LaunchError, source: AgentSource) -> Self {
+        let mut message = err.to_string();
+        if source != AgentSource::Environment {
+            for (var, field) in [
+                (VAR_EXECUTABLE, "executable"),
+                (VAR_ARGS_JSON, "args"),
+                (VAR_ENV_JSON, "env"),
+                (VAR_DEFAULT_MODEL, "model"),
+                (VAR_REMOTE_API_OPT_IN, "remote_api_opt_in"),
+            ] {
+                message = message.replace(var, field);
+            }
+        }
+        ConfigError::Launch {
+            message,
+            launch_code: err.code(),
+        }
+    }
+}
+
+/// One listed agent: what was configured and whether it can be used.
+#[derive(Clone, Debug)]
+pub struct AgentEntry {
+    /// Name.
+    pub name: String,
+    /// Where it comes from.
+    pub source: AgentSource,
+    /// Protocol as configured (may be invalid text).
+    pub protocol: Option<String>,
+    /// Executable as configured.
+    pub executable: Option<PathBuf>,
+    /// Model as configured.
+    pub model: Option<String>,
+    /// The usable definition, or why not.
+    pub status: Result<AgentSpec, ConfigError>,
+}
+
+impl AgentEntry {
+    /// True when the agent passed every check.
+    pub fn is_usable(&self) -> bool {
+        self.status.is_ok()
+    }
+}
+
+/// Why `chat` cannot get an agent.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// No agent has this name.
+    #[error("no agent named `{name}` (see `awp-host agents list`)")]
+    NotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// The agent is configured but failed validation.
+    #[error("agent `{name}` is unusable: {reason}")]
+    Unusable {
+        /// The agent.
+        name: String,
+        /// Why.
+        reason: ConfigError,
+    },
+}
+
+impl AgentError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AgentError::NotFound { .. } => "agent_not_found",
+            AgentError::Unusable { reason, .. } => reason.code(),
+        }
+    }
+}
+
+/// Every known agent and the default one.
+#[derive(Clone, Debug)]
+pub struct AgentRegistry {
+    entries: Vec<AgentEntry>,
+    default: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    default: Option<String>,
+    #[serde(default)]
+    agents: Vec<toml::Table>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    name: Option<String>,
+    protocol: Option<String>,
+    executable: Option<PathBuf>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    model: Option<String>,
+    #[serde(default)]
+    remote_api_opt_in: bool,
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+fn validated(
+    name: &str,
+    protocol: AgentProtocol,
+    launch: LaunchConfig,
+    source: AgentSource,
+) -> Result<AgentSpec, ConfigError> {
+    launch
+        .validate()
+        .map_err(|e| ConfigError::from_launch(&e, source))?;
+    Ok(AgentSpec {
+        name: name.to_owned(),
+        protocol,
+        launch,
+    })
+}
+
+fn entry_from_table(table: toml::Table) -> AgentEntry {
+    let name_hint = table
+        .get("name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
+    let raw: RawEntry = match table.try_into() {
+        Ok(raw) => raw,
+        Err(e) => {
+            return AgentEntry {
+                name: name_hint,
+                source: AgentSource::ConfigFile,
+                protocol: None,
+                executable: None,
+                model: None,
+                status: Err(ConfigError::InvalidEntry {
+                    message: e.message().to_owned(),
+                }),
+            };
+        }
+    };
+    let mut entry = AgentEntry {
+        name: raw.name.clone().unwrap_or_default(),
+        source: AgentSource::ConfigFile,
+        protocol: raw.protocol.clone(),
+        executable: raw.executable.clone(),
+        model: raw.model.clone(),
+        status: Err(ConfigError::MissingField { field: "name" }),
+    };
+    entry.status = (|| {
+        let name = raw
+            .name
+            .ok_or(ConfigError::MissingField { field: "name" })?;
+        if !valid_name(&name) {
+            return Err(ConfigError::InvalidName);
+        }
+        let protocol = raw
+            .protocol
+            .ok_or(ConfigError::MissingField { field: "protocol" })?;
+        let protocol = AgentProtocol::parse(&protocol).ok_or(ConfigError::UnknownProtocol)?;
+        let executable = raw.executable.ok_or(ConfigError::MissingField {
+            field: "executable",
+        })?;
+        let mut launch = LaunchConfig::new(executable);
+        launch.prefix_args = raw.args;
+        launch.env = raw.env;
+        launch.protocol = protocol.awp().unwrap_or(Protocol::AwpJsonl);
+        launch.default_model = raw.model.filter(|m| !m.is_empty());
+        launch.remote_api_opt_in = raw.remote_api_opt_in;
+        validated(&name, protocol, launch, AgentSource::ConfigFile)
+    })();
+    entry
+}
+
+impl AgentRegistry {
+    /// Loads the registry: the `AWP_AGENT_*` agent (named [`ENV_AGENT`]) when `AWP_AGENT_CLI_EXECUTABLE` is set,
+    /// the entries of `<config_dir>/agents.toml` when the file exists, and the bundled [`BUNDLED_AGENT`] found in
+    /// `bundled_dir` (the directory of the `awp-host` executable).
+    ///
+    /// The default agent is `default` from the file when set, else [`ENV_AGENT`] when the variables are set, else
+    /// [`BUNDLED_AGENT`]. A bad entry does not fail the load: it is listed with its error.
+    ///
+    /// # Errors
+    /// File-level problems: [`ConfigError::Unreadable`], [`ConfigError::TooLarge`], [`ConfigError::Syntax`],
+    /// [`ConfigError::UnknownDefault`].
+    pub fn load(
+        config_dir: &Path,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        bundled_dir: Option<&Path>,
+    ) -> Result<AgentRegistry, ConfigError> {
+        let mut entries = Vec::new();
+        if lookup(VAR_EXECUTABLE).is_some() {
+            let executable = lookup(VAR_EXECUTABLE).map(PathBuf::from);
+            let (protocol, model, status) = match LaunchConfig::from_vars(lookup) {
+                Ok(Some(launch)) => {
+                    let protocol = match launch.protocol {
+                        Protocol::StreamJson => AgentProtocol::StreamJson,
+                        _ => AgentProtocol::AwpJsonl,
+                    };
+                    (
+                        Some(protocol.as_str().to_owned()),
+                        launch.default_model.clone(),
+                        validated(ENV_AGENT, protocol, launch, AgentSource::Environment),
+                    )
+                }
+                Ok(None) => (
+                    None,
+                    None,
+                    Err(ConfigError::MissingField {
+                        field: "executable",
+                    }),
+                ),
+                Err(e) => (
+                    lookup(agentwire_awp::launch::VAR_PROTOCOL),
+                    None,
+                    Err(ConfigError::from_launch(&e, AgentSource::Environment)),
+                ),
+            };
+            entries.push(AgentEntry {
+                name: ENV_AGENT.to_owned(),
+                source: AgentSource::Environment,
+                protocol,
+                executable,
+                model,
+                status,
+            });
+        }
+        let path = config_dir.join(CONFIG_FILE);
+        let mut file_default = None;
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ConfigError::Unreadable {
+                    path,
+                    kind: e.kind(),
+                });
+            }
+            Ok(meta) if meta.len() > MAX_CONFIG_BYTES => {
+                return Err(ConfigError::TooLarge { path });
+            }
+            Ok(_) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Unreadable {
+                    path: path.clone(),
+                    kind: e.kind(),
+                })?;
+                if text.len() as u64 > MAX_CONFIG_BYTES {
+                    return Err(ConfigError::TooLarge { path });
+                }
+                let raw: RawFile = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
+                    path: path.clone(),
+                    message: e.message().to_owned(),
+                })?;
+                file_default = raw.default;
+                for table in raw.agents {
+                    let mut entry = entry_from_table(table);
+                    let reserved = entry.name == ENV_AGENT || entry.name == BUNDLED_AGENT;
+                    if entry.status.is_ok()
+                        && (reserved || entries.iter().any(|e: &AgentEntry| e.name == entry.name))
+                    {
+                        entry.status = Err(ConfigError::DuplicateName);
+                    }
+                    entries.push(entry);
+                }
+            }
+        }
+        let bundled_path =
+            bundled_dir.map(|d| d.join(format!("{BUNDLED_AGENT}{}", std::env::consts::EXE_SUFFIX)));
+        let status = match &bundled_path {
+            Some(p) if p.is_file() => validated(
+                BUNDLED_AGENT,
+                AgentProtocol::AwpJsonl,
+                LaunchConfig::new(p.clone()),
+                AgentSource::Bundled,
+            ),
+            Some(p) => Err(ConfigError::BundledAgentMissing { path: p.clone() }),
+            None => Err(ConfigError::BundledAgentMissing {
+                path: PathBuf::from(BUNDLED_AGENT),
+            }),
+        };
+        entries.push(AgentEntry {
+            name: BUNDLED_AGENT.to_owned(),
+            source: AgentSource::Bundled,
+            protocol: Some(AgentProtocol::AwpJsonl.as_str().to_owned()),
+            executable: bundled_path,
+            model: None,
+            status,
+        });
+        let default = match file_default {
+            Some(name) => {
+                if !entries.iter().any(|e| e.name == name) {
+                    return Err(ConfigError::UnknownDefault { name });
+                }
+                name
+            }
+            None if entries.iter().any(|e| e.source == AgentSource::Environment) => {
+                ENV_AGENT.to_owned()
+            }
+            None => BUNDLED_AGENT.to_owned(),
+        };
+        Ok(AgentRegistry { entries, default })
+    }
+
+    /// Every agent, in order: environment, config file entries, bundled.
+    pub fn entries(&self) -> &[AgentEntry] {
+        &self.entries
+    }
+
+    /// Name of the default agent.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// The usable agent `name` (the default agent when `None`).
+    ///
+    /// # Errors
+    /// [`AgentError::NotFound`], [`AgentError::Unusable`].
+    pub fn resolve(&self, name: Option<&str>) -> Result<&AgentSpec, AgentError> {
+        let name = name.unwrap_or(&self.default);
+        let entry = self
+            .entries
+            .iter()
+            .find(|e| e.name == name)
+            .ok_or_else(|| AgentError::NotFound {
+                name: name.to_owned(),
+            })?;
+        entry
+            .status
+            .as_ref()
+            .map_err(|reason| AgentError::Unusable {
+                name: name.to_owned(),
+                reason: reason.clone(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Setup {
+        _tmp: tempfile::TempDir,
+        config: PathBuf,
+        bin: PathBuf,
+        exe: PathBuf,
+    }
+
+    fn setup(toml_text: Option<&str>) -> Setup {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("config");
+        let bin = tmp.path().join("bin");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = bin.join(BUNDLED_AGENT);
+        std::fs::write(&exe, b"#!/bin/sh\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        if let Some(text) = toml_text {
+            std::fs::write(
+                config.join(CONFIG_FILE),
+                text.replace("$EXE", &exe.display().to_string()),
+            )
+            .unwrap();
+        }
+        Setup {
+            _tmp: tmp,
+            config,
+            bin,
+            exe,
+        }
+    }
+
+    fn load(s: &Setup, vars: &[(&str, String)]) -> Result<AgentRegistry, ConfigError> {
+        let vars = vars.to_vec();
+        AgentRegistry::load(
+            &s.config,
+            &move |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone()),
+            Some(&s.bin),
+        )
+    }
+
+    /// name → Ok(()) or the error code.
+    fn check(reg: &AgentRegistry, expect: &[(&str, Result<(), &str>)]) {
+        let got: Vec<(&str, Result<(), &str>)> = reg
+            .entries()
+            .iter()
+            .map(|e| {
+                (
+                    e.name.as_str(),
+                    e.status.as_ref().map(|_| ()).map_err(|e| e.code()),
+                )
+            })
+            .collect();
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn nothing_configured_means_the_bundled_agent() {
+        let s = setup(None);
+        let reg = load(&s, &[]).unwrap();
+        check(&reg, &[(BUNDLED_AGENT, Ok(()))]);
+        assert_eq!(reg.default_name(), BUNDLED_AGENT);
+        assert_eq!(reg.resolve(None).unwrap().launch.executable, s.exe);
+    }
+
+    #[test]
+    fn a_missing_bundled_agent_is_a_clear_error() {
+        let s = setup(None);
+        std::fs::remove_file(&s.exe).unwrap();
+        let reg = load(&s, &[]).unwrap();
+        let err = reg.resolve(None).unwrap_err();
+        assert_eq!(err.code(), "bundled_agent_missing");
+        assert!(
+            err.to_string().contains("bundled awp-agent not found at"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn environment_agent_is_the_default_when_set() {
+        let s = setup(None);
+        let reg = load(
+            &s,
+            &[
+                (VAR_EXECUTABLE, s.exe.display().to_string()),
+                ("AWP_AGENT_CLI_PROTOCOL", "stream-json".into()),
+            ],
+        )
+        .unwrap();
+        check(&reg, &[(ENV_AGENT, Ok(())), (BUNDLED_AGENT, Ok(()))]);
+        assert_eq!(reg.default_name(), ENV_AGENT);
+        assert_eq!(
+            reg.resolve(None).unwrap().protocol,
+            AgentProtocol::StreamJson
+        );
+        let bad = load(&s, &[(VAR_EXECUTABLE, "relative/agent".into())]).unwrap();
+        check(
+            &bad,
+            &[
+                (ENV_AGENT, Err("executable_not_absolute")),
+                (BUNDLED_AGENT, Ok(())),
+            ],
+        );
+    }
+
+    #[test]
+    fn config_entries_are_validated_one_by_one() {
+        let s = setup(Some(
+            r#"
+default = "good"
+[[agents]]
+name = "good"
+protocol = "stream-json"
+executable = "$EXE"
+args = ["--x"]
+env = { K = "v" }
+model = "m"
+[[agents]]
+name = "acp-one"
+protocol = "acp"
+executable = "$EXE"
+[[agents]]
+name = "missing-exe"
+protocol = "awp-jsonl"
+executable = "/nonexistent/agent"
+[[agents]]
+name = "bad-proto"
+protocol = "grpc"
+executable = "$EXE"
+[[agents]]
+name = "remote"
+protocol = "awp-jsonl"
+executable = "$EXE"
+env = { OPENAI_BASE_URL = "https://api.example.com" }
+[[agents]]
+name = "good"
+protocol = "awp-jsonl"
+executable = "$EXE"
+[[agents]]
+name = "typo"
+protocol = "awp-jsonl"
+executable = "$EXE"
+modle = "x"
+[[agents]]
+name = "bad name!"
+protocol = "awp-jsonl"
+executable = "$EXE"
+"#,
+        ));
+        let reg = load(&s, &[]).unwrap();
+        check(
+            &reg,
+            &[
+                ("good", Ok(())),
+                ("acp-one", Ok(())),
+                ("missing-exe", Err("executable_not_found")),
+                ("bad-proto", Err("protocol_unknown")),
+                ("remote", Err("remote_url_not_allowed")),
+                ("good", Err("agent_name_duplicate")),
+                ("typo", Err("agent_entry_invalid")),
+                ("bad name!", Err("agent_name_invalid")),
+                (BUNDLED_AGENT, Ok(())),
+            ],
+        );
+        assert_eq!(reg.default_name(), "good");
+        let good = reg.resolve(None).unwrap();
+        assert_eq!(
+            (good.protocol, good.launch.default_model.as_deref()),
+            (AgentProtocol::StreamJson, Some("m"))
+        );
+        let missing = reg
+            .entries()
+            .iter()
+            .find(|e| e.name == "missing-exe")
+            .unwrap();
+        let message = missing.status.as_ref().unwrap_err().to_string();
+        assert_eq!(message, "executable names a file that does not exist");
+        assert!(
+            !format!("{good:?}").contains("\"v\""),
+            "Debug must not show env values"
+        );
+        assert_eq!(
+            reg.resolve(Some("nope")).unwrap_err().code(),
+            "agent_not_found"
+        );
+    }
+
+    #[test]
+    fn file_level_errors_fail_the_load() {
+        let s = setup(Some("agents = 3"));
+        assert_eq!(load(&s, &[]).unwrap_err().code(), "config_invalid");
+        let s = setup(Some("default = \"ghost\""));
+        assert_eq!(load(&s, &[]).unwrap_err().code(), "default_agent_unknown");
+        let s = setup(None);
+        let big = "#".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap() + 1);
+        std::fs::write(s.config.join(CONFIG_FILE), &big[..big.len() - 1]).unwrap();
+        assert!(load(&s, &[]).is_ok(), "exactly at the limit loads");
+        std::fs::write(s.config.join(CONFIG_FILE), big).unwrap();
+        assert_eq!(load(&s, &[]).unwrap_err().code(), "config_too_large");
+    }
+}

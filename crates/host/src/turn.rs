@@ -1,0 +1,577 @@
+//! The turn runner: one chat turn from prompt to persisted outcome — resolve the thread, plan the launch (with
+//! `--resume <latest session id>`), persist the user message, start the agent, write the turn, stream its
+//! normalized events to an observer while persisting session ids, text and tool summaries, and record the run's end.
+//!
+//! The agent side sits behind [`AgentRunner`], an enum with one variant per wire protocol family; ACP agents get a
+//! variant later and are refused with [`TurnSetupError::ProtocolNotSupported`] until then.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agentwire_awp::{
+    AgentSession, ContentBlock, LaunchError, LaunchPlan, NormalizedEvent, SessionId,
+    SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
+};
+
+use crate::agents::{AgentProtocol, AgentSpec};
+use crate::attachments::Attachment;
+use crate::ids::{RunId, ThreadId};
+use crate::store::{
+    NewRun, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice, bounded_line,
+};
+
+/// Code of a run whose agent reported an invalid session id: the thread could not be resumed, so the host treats
+/// the turn as a protocol violation even when the agent reported success.
+pub const INVALID_SESSION_ID: &str = codes::INVALID_SESSION_ID;
+
+/// How turns run. Every field documents its default.
+#[derive(Clone, Debug)]
+pub struct TurnOptions {
+    /// Fail the turn after this long without agent output (`agent_idle_timeout`). Default `None` (off).
+    pub idle_timeout: Option<Duration>,
+    /// Working directory of the agent. Default `None` (the host's).
+    pub cwd: Option<PathBuf>,
+    /// Assistant text is written to the store whenever this many bytes are pending, at each tool use and at the
+    /// end of the turn. Default 4096 bytes. A host killed mid-turn loses at most this much streamed text.
+    pub text_flush_bytes: usize,
+    /// Maximum length of a stored/rendered tool summary line in characters (cut with `…`). Default 120.
+    pub max_tool_summary_chars: usize,
+}
+
+impl Default for TurnOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: None,
+            cwd: None,
+            text_flush_bytes: 4096,
+            max_tool_summary_chars: 120,
+        }
+    }
+}
+
+/// One turn to run.
+#[derive(Clone, Debug)]
+pub struct TurnRequest {
+    /// The thread to continue; `None` starts a new one.
+    pub thread: Option<ThreadId>,
+    /// Model override (else the agent's configured model).
+    pub model: Option<String>,
+    /// The prompt text.
+    pub prompt: String,
+    /// Attachments, sent after the prompt's text block.
+    pub attachments: Vec<Attachment>,
+}
+
+/// Why a turn could not start; no run was recorded.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum TurnSetupError {
+    /// The agent speaks a protocol this runner does not drive yet.
+    #[error("{} agents are not supported by chat yet", .protocol.as_str())]
+    ProtocolNotSupported {
+        /// The protocol.
+        protocol: AgentProtocol,
+    },
+    /// The thread belongs to another agent.
+    #[error("thread {thread} belongs to agent `{thread_agent}`, not `{agent}`")]
+    ThreadAgentMismatch {
+        /// The thread.
+        thread: ThreadId,
+        /// Its agent.
+        thread_agent: String,
+        /// The agent asked for.
+        agent: String,
+    },
+    /// The launch configuration failed validation.
+    #[error("agent `{agent}` cannot be launched")]
+    Launch {
+        /// The agent.
+        agent: String,
+        /// The failed rule.
+        #[source]
+        source: LaunchError,
+    },
+    /// The prompt is empty and there are no attachments.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The store failed (includes an unknown thread: [`StoreError::ThreadNotFound`]).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl TurnSetupError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TurnSetupError::ProtocolNotSupported { .. } => "protocol_not_supported",
+            TurnSetupError::ThreadAgentMismatch { .. } => "thread_agent_mismatch",
+            TurnSetupError::Launch { source, .. } => source.code(),
+            TurnSetupError::EmptyPrompt => "empty_prompt",
+            TurnSetupError::Store(e) => e.code(),
+        }
+    }
+}
+
+/// How a recorded run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnReport {
+    /// Thread.
+    pub thread_id: ThreadId,
+    /// Run.
+    pub run_id: RunId,
+    /// The thread's session id after the turn.
+    pub session_id: Option<String>,
+    /// Final status (`succeeded | failed | cancelled`).
+    pub status: RunStatus,
+    /// Stable failure code (`agent_error`, `agent_exited_mid_turn`, `cancelled`, `spawn_failed`, …).
+    pub error_code: Option<String>,
+    /// Detail of the failure (the agent's stable code, exit status, …), never a secret.
+    pub error_detail: Option<String>,
+    /// Usage.
+    pub usage: Option<Usage>,
+    /// Agent-reported cost.
+    pub total_cost_usd: Option<f64>,
+    /// Wall time from the user message being stored to the run being finished.
+    pub duration: Duration,
+    /// The full assistant text of the turn.
+    pub assistant_text: String,
+    /// Last bytes of the agent's stderr (bounded by the process crate's tail), for diagnostics.
+    pub stderr_tail: String,
+}
+
+/// The one-line summary of a tool use: `⚙ Bash {"command":"ls"}`, at most `max_chars` characters (cut with `…`).
+pub fn tool_use_summary(name: &str, input: &serde_json::Value, max_chars: usize) -> String {
+    let input = if input.is_null() {
+        String::new()
+    } else {
+        format!(" {input}")
+    };
+    bounded_line(&format!("⚙ {name}{input}"), max_chars)
+}
+
+/// The one-line summary of a tool result: `↳ error: <text>` or `↳ <text>`, at most `max_chars` characters.
+pub fn tool_result_summary(is_error: bool, summary: &str, max_chars: usize) -> String {
+    let first = summary.lines().next().unwrap_or("");
+    let text = if is_error {
+        format!("↳ error: {first}")
+    } else {
+        format!("↳ {first}")
+    };
+    bounded_line(&text, max_chars)
+}
+
+/// The agent side of a turn, one variant per protocol family (ACP slots in here).
+#[derive(Debug)]
+enum AgentRunner {
+    /// `awp-jsonl` / `stream-json` over [`AgentSession`].
+    Awp(Box<AgentSession>),
+}
+
+impl AgentRunner {
+    async fn start(
+        plan: &LaunchPlan,
+        resume: Option<SessionId>,
+        options: &TurnOptions,
+    ) -> Result<Self, String> {
+        let mut session_options = SessionOptions::default();
+        session_options.idle_timeout = options.idle_timeout;
+        session_options.cwd = options.cwd.clone();
+        session_options.resumed_from = resume;
+        match AgentSession::spawn(plan, session_options).await {
+            Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
+            Err(e) => Err(e.cause_code().to_owned()),
+        }
+    }
+
+    async fn send(&mut self, blocks: &[ContentBlock]) -> Result<(), (&'static str, String)> {
+        match self {
+            AgentRunner::Awp(session) => session
+                .send_turn(blocks)
+                .await
+                .map_err(|e| (e.code(), e.to_string())),
+        }
+    }
+
+    async fn next_event(&mut self) -> Option<NormalizedEvent> {
+        match self {
+            AgentRunner::Awp(session) => session.next_event().await,
+        }
+    }
+
+    async fn cancel(&mut self) {
+        match self {
+            AgentRunner::Awp(session) => {
+                session.cancel_turn().await;
+            }
+        }
+    }
+
+    /// Ends the agent process with the stop ladder; returns the stderr tail.
+    async fn finish(self) -> String {
+        match self {
+            AgentRunner::Awp(mut session) => {
+                session.stop().await;
+                session.diagnostics().stderr_tail
+            }
+        }
+    }
+}
+
+/// The content blocks of a turn: the prompt as a text block (when non-empty), then each attachment's block.
+pub fn turn_blocks(prompt: &str, attachments: &[Attachment]) -> Vec<ContentBlock> {
+    let mut blocks = Vec::with_capacity(1 + attachments.len());
+    if !prompt.is_empty() {
+        blocks.push(ContentBlock::text(prompt));
+    }
+    blocks.extend(attachments.iter().map(|a| a.block.clone()));
+    blocks
+}
+
+/// The stored user message: the prompt, then one `[attachment: …]` line per attachment.
+fn stored_user_message(prompt: &str, attachments: &[Attachment]) -> String {
+    let mut text = prompt.to_owned();
+    for a in attachments {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&a.describe());
+    }
+    text
+}
+
+/// Persists what streams in: session ids, batched assistant text, tool summaries.
+struct Recorder<'a> {
+    store: &'a mut Store,
+    guard: RunGuard,
+    options: &'a TurnOptions,
+    message: Option<i64>,
+    pending: String,
+    full_text: String,
+    session_id: Option<String>,
+    invalid_session_id: bool,
+}
+
+impl Recorder<'_> {
+    fn flush(&mut self) -> Result<(), StoreError> {
+        if !self.pending.is_empty() {
+            self.message = Some(self.store.append_assistant_text(
+                &self.guard,
+                self.message,
+                &self.pending,
+            )?);
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    fn session(&mut self, id: &SessionId) -> Result<(), StoreError> {
+        if self.session_id.as_deref() != Some(id.as_str()) {
+            self.store.record_session_id(&self.guard, id.as_str())?;
+            self.session_id = Some(id.as_str().to_owned());
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, event: &NormalizedEvent) -> Result<(), StoreError> {
+        match event {
+            NormalizedEvent::SessionStarted { session_id, .. } => self.session(session_id)?,
+            NormalizedEvent::TextDelta { text } => {
+                self.pending.push_str(text);
+                self.full_text.push_str(text);
+                if self.pending.len() >= self.options.text_flush_bytes {
+                    self.flush()?;
+                }
+            }
+            NormalizedEvent::ToolUse { name, input, .. } => {
+                self.flush()?;
+                self.message = None;
+                self.store.add_tool_summary(
+                    &self.guard,
+                    &tool_use_summary(name, input, self.options.max_tool_summary_chars),
+                )?;
+            }
+            NormalizedEvent::ToolResult {
+                is_error, summary, ..
+            } => {
+                self.flush()?;
+                self.message = None;
+                self.store.add_tool_summary(
+                    &self.guard,
+                    &tool_result_summary(*is_error, summary, self.options.max_tool_summary_chars),
+                )?;
+            }
+            NormalizedEvent::Notice { kind, .. } if kind == codes::INVALID_SESSION_ID => {
+                self.invalid_session_id = true;
+            }
+            NormalizedEvent::TurnCompleted(outcome) => {
+                self.flush()?;
+                if let Some(id) = &outcome.session_id {
+                    self.session(id)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn run_usage(u: &Usage) -> RunUsage {
+    RunUsage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+    }
+}
+
+fn status_of(code: &str) -> RunStatus {
+    if code == codes::CANCELLED {
+        RunStatus::Cancelled
+    } else {
+        RunStatus::Failed
+    }
+}
+
+/// Runs one turn of `agent` and records it in `store`.
+///
+/// Order (invariant 10): the user message and a `running` run are committed before the agent is even started;
+/// each session id is stored as soon as it is reported; text is stored in batches of
+/// [`TurnOptions::text_flush_bytes`]; the run's end is committed last. Every event is passed to `observer`
+/// (including the final `TurnCompleted`) after it is persisted. When `cancel` resolves the turn is cancelled (stop
+/// ladder) and recorded `cancelled`. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
+/// SIGKILL to its process group).
+///
+/// Failures after the run was recorded (spawn failure, stdin write failure, agent error, exit mid-turn, idle
+/// timeout, line limit, cancel) are reported in the [`TurnReport`], not as `Err`.
+///
+/// # Errors
+/// [`TurnSetupError`] when no run could be recorded; [`TurnSetupError::Store`] also when the store fails mid-turn
+/// (the agent is stopped, the run is left `running` and becomes `interrupted` at the next open).
+pub async fn run_turn(
+    store: &mut Store,
+    agent: &AgentSpec,
+    request: TurnRequest,
+    options: &TurnOptions,
+    observer: &mut dyn FnMut(&NormalizedEvent),
+    cancel: impl Future<Output = ()>,
+) -> Result<TurnReport, TurnSetupError> {
+    if agent.protocol.awp().is_none() {
+        return Err(TurnSetupError::ProtocolNotSupported {
+            protocol: agent.protocol,
+        });
+    }
+    if request.prompt.trim().is_empty() && request.attachments.is_empty() {
+        return Err(TurnSetupError::EmptyPrompt);
+    }
+    let (thread_choice, resume) = match &request.thread {
+        None => (
+            ThreadChoice::New {
+                agent: agent.name.clone(),
+            },
+            None,
+        ),
+        Some(id) => {
+            let thread = store
+                .thread(id)?
+                .ok_or_else(|| StoreError::ThreadNotFound(id.clone()))?;
+            if thread.agent != agent.name {
+                return Err(TurnSetupError::ThreadAgentMismatch {
+                    thread: id.clone(),
+                    thread_agent: thread.agent,
+                    agent: agent.name.clone(),
+                });
+            }
+            // Stored ids were validated before they were persisted; a bad one means a corrupt row.
+            let resume = match thread.session_id {
+                Some(s) => Some(SessionId::new(s).map_err(|e| {
+                    StoreError::Corrupt(format!("stored session id is invalid: {e}"))
+                })?),
+                None => None,
+            };
+            (ThreadChoice::Existing(id.clone()), resume)
+        }
+    };
+    let model = request
+        .model
+        .as_deref()
+        .or(agent.launch.default_model.as_deref());
+    let plan = agent
+        .launch
+        .plan(request.model.as_deref(), resume.as_ref(), None)
+        .map_err(|source| TurnSetupError::Launch {
+            agent: agent.name.clone(),
+            source,
+        })?;
+
+    let started = Instant::now();
+    let stored_prompt = stored_user_message(&request.prompt, &request.attachments);
+    let guard = store.begin_run(NewRun {
+        thread: thread_choice,
+        agent: &agent.name,
+        model,
+        prompt: &stored_prompt,
+        resumed_session_id: resume.as_ref().map(SessionId::as_str),
+    })?;
+    let thread_id = guard.thread_id.clone();
+    let run_id = guard.run_id.clone();
+    let mut recorder = Recorder {
+        store,
+        guard,
+        options,
+        message: None,
+        pending: String::new(),
+        full_text: String::new(),
+        session_id: resume.as_ref().map(|s| s.as_str().to_owned()),
+        invalid_session_id: false,
+    };
+
+    let fail_early = |recorder: Recorder<'_>, code: &str, detail: String| {
+        let end = RunEnd {
+            status: RunStatus::Failed,
+            usage: None,
+            error_code: Some(code.to_owned()),
+            total_cost_usd: None,
+        };
+        let Recorder {
+            store,
+            guard,
+            session_id,
+            ..
+        } = recorder;
+        store.finish_run(guard, &end)?;
+        Ok::<_, TurnSetupError>(TurnReport {
+            thread_id: thread_id.clone(),
+            run_id: run_id.clone(),
+            session_id,
+            status: RunStatus::Failed,
+            error_code: Some(code.to_owned()),
+            error_detail: Some(detail),
+            usage: None,
+            total_cost_usd: None,
+            duration: started.elapsed(),
+            assistant_text: String::new(),
+            stderr_tail: String::new(),
+        })
+    };
+
+    let mut runner = match AgentRunner::start(&plan, resume.clone(), options).await {
+        Ok(runner) => runner,
+        Err(cause) => return fail_early(recorder, codes::SPAWN_FAILED, cause),
+    };
+    if let Err((code, detail)) = runner
+        .send(&turn_blocks(&request.prompt, &request.attachments))
+        .await
+    {
+        let stderr_tail = runner.finish().await;
+        let mut report = fail_early(recorder, code, detail)?;
+        report.stderr_tail = stderr_tail;
+        return Ok(report);
+    }
+
+    let mut cancel = std::pin::pin!(cancel);
+    let mut cancelled = false;
+    let mut outcome: Option<TurnOutcome> = None;
+    loop {
+        let event = if cancelled {
+            runner.next_event().await
+        } else {
+            tokio::select! {
+                event = runner.next_event() => event,
+                () = &mut cancel => {
+                    cancelled = true;
+                    runner.cancel().await;
+                    continue;
+                }
+            }
+        };
+        let Some(event) = event else { break };
+        if let Err(e) = recorder.record(&event) {
+            runner.cancel().await;
+            runner.finish().await;
+            return Err(e.into());
+        }
+        observer(&event);
+        if let NormalizedEvent::TurnCompleted(o) = event {
+            outcome = Some(o);
+            break;
+        }
+    }
+    let stderr_tail = runner.finish().await;
+    // `next_event` ends every accepted turn with TurnCompleted; a missing one would be a runner bug, recorded as
+    // an exit mid-turn rather than lost.
+    let outcome = outcome
+        .unwrap_or_else(|| TurnOutcome::new(TurnStatus::failed(codes::AGENT_EXITED_MID_TURN)));
+    let (mut status, mut error_code, mut error_detail) = match &outcome.status {
+        TurnStatus::Success => (RunStatus::Succeeded, None, None),
+        TurnStatus::Failed { code, detail } => {
+            (status_of(code), Some(code.clone()), detail.clone())
+        }
+    };
+    if recorder.invalid_session_id && status == RunStatus::Succeeded {
+        status = RunStatus::Failed;
+        error_code = Some(INVALID_SESSION_ID.to_owned());
+        error_detail =
+            Some("the agent reported a session id outside [A-Za-z0-9._:-]{1,256}".to_owned());
+    }
+    let end = RunEnd {
+        status,
+        usage: outcome.usage.as_ref().map(run_usage),
+        error_code: error_code.clone(),
+        total_cost_usd: outcome.total_cost_usd,
+    };
+    let Recorder {
+        store,
+        guard,
+        full_text,
+        session_id,
+        ..
+    } = recorder;
+    store.finish_run(guard, &end)?;
+    Ok(TurnReport {
+        thread_id,
+        run_id,
+        session_id,
+        status,
+        error_code,
+        error_detail,
+        usage: outcome.usage,
+        total_cost_usd: outcome.total_cost_usd,
+        duration: started.elapsed(),
+        assistant_text: full_text,
+        stderr_tail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_summaries_are_bounded_one_liners() {
+        let input = serde_json::json!({"command": "ls"});
+        assert_eq!(
+            tool_use_summary("Bash", &input, 120),
+            r#"⚙ Bash {"command":"ls"}"#
+        );
+        let long = serde_json::json!({"command": "x".repeat(300)});
+        let s = tool_use_summary("Bash", &long, 120);
+        assert_eq!(s.chars().count(), 120);
+        assert!(s.ends_with('…'));
+        let exact = tool_use_summary("B", &serde_json::Value::Null, 3);
+        assert_eq!(exact, "⚙ B");
+        assert_eq!(tool_use_summary("Bash", &serde_json::Value::Null, 3), "⚙ …");
+        assert_eq!(
+            tool_result_summary(true, "boom\nmore", 120),
+            "↳ error: boom"
+        );
+        assert_eq!(tool_result_summary(false, "a\tb", 120), "↳ a b");
+    }
+
+    #[test]
+    fn stored_user_message_lists_attachments() {
+        assert_eq!(stored_user_message("hi", &[]), "hi");
+        assert!(turn_blocks("", &[]).is_empty());
+        assert_eq!(turn_blocks("hi", &[]), vec![ContentBlock::text("hi")]);
+    }
+}
