@@ -14,8 +14,10 @@
 //!   A second terminal (e.g. a `result` after a terminal `message_stop`) arrives outside any turn: it is counted
 //!   in [`Counters::output_outside_turn`] and dropped.
 //! - **Failure** = `result.is_error == true` OR `result.subtype != "success"` (so `subtype:"success"` with
-//!   `is_error:true` fails; `result.result` may be absent). Code [`codes::AGENT_ERROR`]; detail = the agent's
-//!   `result` when it looks like a stable code (`[a-z0-9_]{1,64}`), else the subtype.
+//!   `is_error:true` fails; `result.result` may be absent). Code [`codes::AGENT_ERROR`]; detail = a specific
+//!   error subtype (`error_max_turns`, …), else the agent's `result` when it looks like a stable code
+//!   (`[a-z0-9_]{1,64}`, the seed's `"subtype":"error","result":"stable_machine_readable_error"`), else the
+//!   subtype, else `is_error` (success subtype with `is_error: true`) or `no_subtype`.
 //! - **Exit before the terminal** fails the turn with [`codes::AGENT_EXITED_MID_TURN`]. The shell reports the
 //!   exit only after stdout is drained, so a `result` still in the pipe wins.
 //! - **Output before the first input** is a protocol violation: it fails nothing. The line is discarded (never
@@ -633,20 +635,16 @@ impl TurnMachine {
         let session_id = result.session_id.clone();
         self.report_session_id(session_id, None, false);
         let status = if result.is_failure() {
-            let detail = match result.result.as_deref() {
-                Some(code) if is_stable_code(code) => Some(code.to_owned()),
-                _ => match result.subtype.as_deref() {
-                    Some("success") | None => Some(
-                        if result.is_error == Some(true) {
-                            "is_error"
-                        } else {
-                            "no_subtype"
-                        }
-                        .to_owned(),
-                    ),
-                    Some(subtype) => Some(subtype.to_owned()),
-                },
+            let detail = match (result.subtype.as_deref(), result.result.as_deref()) {
+                (Some(subtype), _) if subtype != "success" && subtype != "error" => {
+                    subtype.to_owned()
+                }
+                (_, Some(code)) if is_stable_code(code) => code.to_owned(),
+                (Some(subtype), _) if subtype != "success" => subtype.to_owned(),
+                (Some(_), _) => "is_error".to_owned(),
+                (None, _) => "no_subtype".to_owned(),
             };
+            let detail = Some(detail);
             TurnStatus::Failed {
                 code: codes::AGENT_ERROR.to_owned(),
                 detail,
@@ -847,4 +845,640 @@ fn summarize(text: &str, max: usize) -> (String, bool) {
         end -= 1;
     }
     (text.get(..end).unwrap_or_default().to_owned(), true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One step of a scripted stream, on virtual time.
+    #[derive(Clone, Debug)]
+    enum Step<'a> {
+        Input,
+        Line(&'a str),
+        TooLong(u64),
+        Advance(u64),
+        Timeout,
+        Exit(i32),
+        Cancel,
+    }
+    use Step::*;
+
+    /// Runs `steps` through a machine built from `config`; returns the events as compact JSON lines, each
+    /// `TurnCompleted` followed by nothing else of its turn, plus rejected inputs as `rejected:<code>` and
+    /// actions as `action:<code>`.
+    fn run(config: MachineConfig, steps: &[Step<'_>]) -> (Vec<String>, TurnMachine) {
+        let mut machine = TurnMachine::new(config);
+        let mut now = Instant::now();
+        let mut out = Vec::new();
+        for step in steps {
+            match step {
+                Input => {
+                    if let Err(e) = machine.handle_input_sent(now) {
+                        out.push(format!("rejected:{}", e.code()));
+                    }
+                }
+                Line(line) => machine.handle_line(line.as_bytes(), now),
+                TooLong(n) => machine.handle_line_too_long(*n, now),
+                Advance(secs) => now += Duration::from_secs(*secs),
+                Timeout => machine.handle_timeout(now),
+                Exit(code) => machine.handle_exit(
+                    ExitInfo {
+                        code: Some(*code),
+                        signal: None,
+                    },
+                    now,
+                ),
+                Cancel => {
+                    machine.handle_cancel(now);
+                }
+            }
+            while let Some(event) = machine.poll_event() {
+                out.push(serde_json::to_string(&event).unwrap());
+            }
+            while let Some(Action::StopProcess { code }) = machine.poll_action() {
+                out.push(format!("action:{code}"));
+            }
+        }
+        (out, machine)
+    }
+
+    fn check(config: MachineConfig, steps: &[Step<'_>], expect: &[&str]) -> TurnMachine {
+        let (got, machine) = run(config, steps);
+        assert_eq!(got, expect, "steps {steps:?}");
+        machine
+    }
+
+    fn awp() -> MachineConfig {
+        MachineConfig::new(Protocol::AwpJsonl)
+    }
+
+    fn stream_json() -> MachineConfig {
+        MachineConfig::new(Protocol::StreamJson)
+    }
+
+    const OK: &str = r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s1","usage":{"input_tokens":1,"output_tokens":2}}"#;
+    const DONE_OK: &str = r#"{"type":"turn_completed","status":"success","session_id":"s1","usage":{"input_tokens":1,"output_tokens":2}}"#;
+
+    #[test]
+    fn result_completes_the_turn_and_the_process_is_reusable() {
+        let m = check(
+            awp(),
+            &[
+                Input,
+                Line(r#"{"type":"system","subtype":"init","session_id":"s1","model":"m"}"#),
+                Line(
+                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                ),
+                Line(
+                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+                ),
+                Line(r#"{"type":"content_block_stop","index":0}"#),
+                Line(OK),
+                Input,
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"session_started","session_id":"s1","model":"m"}"#,
+                r#"{"type":"text_delta","text":"hi"}"#,
+                DONE_OK,
+                DONE_OK,
+            ],
+        );
+        assert_eq!(m.counters().turns_completed, 2);
+        assert_eq!(m.session_id().map(SessionId::as_str), Some("s1"));
+    }
+
+    #[test]
+    fn only_one_turn_at_a_time() {
+        check(
+            awp(),
+            &[Input, Input, Line(OK)],
+            &["rejected:turn_in_progress", DONE_OK],
+        );
+    }
+
+    #[test]
+    fn stream_json_terminal_is_result_only() {
+        check(
+            stream_json(),
+            &[
+                Input,
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_a"}}}"#,
+                ),
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"message_delta","delta":{"stop_reason":"end_turn"}}}"#,
+                ),
+                Line(r#"{"type":"stream_event","event":{"type":"message_stop"}}"#),
+                Line(r#"{"type":"message_stop"}"#),
+                Line(OK),
+            ],
+            &[DONE_OK],
+        );
+    }
+
+    #[test]
+    fn awp_jsonl_top_level_message_stop_is_terminal_with_stream_usage() {
+        check(
+            awp(),
+            &[
+                Input,
+                Line(
+                    r#"{"type":"message_start","message":{"id":"m1","usage":{"input_tokens":7,"output_tokens":1}}}"#,
+                ),
+                Line(
+                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}"#,
+                ),
+                Line(
+                    r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4}}"#,
+                ),
+                Line(r#"{"type":"message_stop"}"#),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"text_delta","text":"a"}"#,
+                r#"{"type":"turn_completed","status":"success","usage":{"input_tokens":7,"output_tokens":4}}"#,
+            ],
+        );
+    }
+
+    #[test]
+    fn awp_jsonl_wrapped_message_stop_and_tool_use_stop_reason_are_not_terminal() {
+        let m = check(
+            awp(),
+            &[
+                Input,
+                Line(r#"{"type":"stream_event","event":{"type":"message_stop"}}"#),
+                Line(r#"{"type":"message_start","message":{"id":"m1"}}"#),
+                Line(r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#),
+                Line(r#"{"type":"message_stop"}"#),
+                Line(r#"{"type":"message_start","message":{"id":"m2"}}"#),
+                Line(r#"{"type":"message_stop"}"#),
+                Line(OK),
+            ],
+            &[r#"{"type":"turn_completed","status":"success"}"#],
+        );
+        assert_eq!(
+            m.counters().output_outside_turn,
+            1,
+            "the late result is counted"
+        );
+    }
+
+    #[test]
+    fn failure_rule_and_details() {
+        let cases = [
+            (
+                r#"{"type":"result","subtype":"error","is_error":true,"result":"stable_machine_readable_error"}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_error","detail":"stable_machine_readable_error","result_text":"stable_machine_readable_error"}"#,
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":true,"result":"Something broke."}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_error","detail":"is_error","result_text":"Something broke."}"#,
+            ),
+            (
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_error","detail":"error_during_execution"}"#,
+            ),
+            (
+                r#"{"type":"result","subtype":"error_max_turns","is_error":false,"result":"done"}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_error","detail":"error_max_turns","result_text":"done"}"#,
+            ),
+            (
+                r#"{"type":"result","is_error":false}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_error","detail":"no_subtype"}"#,
+            ),
+            (
+                r#"{"type":"result","subtype":"success","duration_ms":9,"total_cost_usd":0.5}"#,
+                r#"{"type":"turn_completed","status":"success","duration_ms":9,"total_cost_usd":0.5}"#,
+            ),
+        ];
+        for (line, expect) in cases {
+            check(awp(), &[Input, Line(line)], &[expect]);
+        }
+    }
+
+    #[test]
+    fn exit_before_terminal_fails_mid_turn_and_exit_after_is_quiet() {
+        check(
+            awp(),
+            &[
+                Input,
+                Line(
+                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}"#,
+                ),
+                Exit(3),
+                Input,
+            ],
+            &[
+                r#"{"type":"text_delta","text":"a"}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"agent_exited_mid_turn","detail":"exit code 3"}"#,
+                "rejected:agent_exited",
+            ],
+        );
+        check(awp(), &[Input, Line(OK), Exit(0)], &[DONE_OK]);
+    }
+
+    #[test]
+    fn output_before_input_is_discarded_and_counted() {
+        let m = check(
+            awp(),
+            &[
+                Line(r#"{"type":"system","subtype":"init","session_id":"early"}"#),
+                Line("Welcome banner"),
+                Input,
+                Line(OK),
+                Line(r#"{"type":"system","subtype":"status"}"#),
+            ],
+            &[DONE_OK],
+        );
+        let c = m.counters();
+        assert_eq!(
+            (
+                c.output_before_input,
+                c.output_outside_turn,
+                c.malformed_lines
+            ),
+            (2, 1, 0)
+        );
+        assert_eq!(m.session_id().map(SessionId::as_str), Some("s1"));
+    }
+
+    #[test]
+    fn invalid_session_ids_are_rejected_and_noticed() {
+        let m = check(
+            awp(),
+            &[
+                Input,
+                Line(r#"{"type":"system","subtype":"init","session_id":"bad id/with spaces!"}"#),
+                Line(r#"{"type":"result","subtype":"success","session_id":"bad id/with spaces!"}"#),
+            ],
+            &[
+                r#"{"type":"notice","kind":"invalid_session_id","detail":"session id contains a character outside [A-Za-z0-9._:-] at byte 3"}"#,
+                r#"{"type":"notice","kind":"invalid_session_id","detail":"session id contains a character outside [A-Za-z0-9._:-] at byte 3"}"#,
+                r#"{"type":"turn_completed","status":"success"}"#,
+            ],
+        );
+        assert_eq!(m.counters().invalid_session_ids, 2);
+        assert_eq!(m.session_id(), None);
+    }
+
+    #[test]
+    fn resume_reporting_a_different_id_is_noticed_and_the_new_id_wins() {
+        let mut config = awp();
+        config.resumed_from = Some(SessionId::new("A").unwrap());
+        let m = check(
+            config,
+            &[
+                Input,
+                Line(r#"{"type":"system","subtype":"init","session_id":"B"}"#),
+                Line(r#"{"type":"result","subtype":"success","session_id":"B"}"#),
+            ],
+            &[
+                r#"{"type":"notice","kind":"session_id_changed","detail":"A -> B"}"#,
+                r#"{"type":"session_started","session_id":"B"}"#,
+                r#"{"type":"turn_completed","status":"success","session_id":"B"}"#,
+            ],
+        );
+        assert_eq!(m.session_id().map(SessionId::as_str), Some("B"));
+    }
+
+    #[test]
+    fn deltas_win_over_the_complete_message_of_the_same_id() {
+        let streamed = [
+            Input,
+            Line(
+                r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_1"}}}"#,
+            ),
+            Line(
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ec"}}}"#,
+            ),
+            Line(
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"ho"}}}"#,
+            ),
+            Line(
+                r#"{"type":"assistant","message":{"id":"msg_1","content":[{"type":"text","text":"echo"}]}}"#,
+            ),
+            Line(
+                r#"{"type":"assistant","message":{"id":"msg_2","content":[{"type":"text","text":"other"}]}}"#,
+            ),
+            Line(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"no id"}]}}"#),
+            Line(OK),
+        ];
+        let m = check(
+            stream_json(),
+            &streamed,
+            &[
+                r#"{"type":"text_delta","text":"ec"}"#,
+                r#"{"type":"text_delta","text":"ho"}"#,
+                r#"{"type":"text_delta","text":"other"}"#,
+                r#"{"type":"text_delta","text":"no id"}"#,
+                DONE_OK,
+            ],
+        );
+        assert_eq!(m.counters().duplicate_messages_suppressed, 1);
+        // The same id in the next turn without deltas renders the complete message.
+        let mut steps = streamed.to_vec();
+        steps.extend([
+            Input,
+            Line(r#"{"type":"assistant","message":{"id":"msg_1","content":[{"type":"text","text":"again"}]}}"#),
+            Line(OK),
+        ]);
+        let (got, _) = run(stream_json(), &steps);
+        assert_eq!(
+            got[got.len() - 2],
+            r#"{"type":"text_delta","text":"again"}"#
+        );
+    }
+
+    const TOOL_START: &str = r#"{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"Bash","input":{}}}}"#;
+    const TOOL_STOP: &str =
+        r#"{"type":"stream_event","event":{"type":"content_block_stop","index":1}}"#;
+
+    #[test]
+    fn input_json_deltas_accumulate_and_the_tool_use_is_emitted_once() {
+        check(
+            stream_json(),
+            &[
+                Input,
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"msg_t"}}}"#,
+                ),
+                Line(TOOL_START),
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"comm"}}}"#,
+                ),
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"and\":\"ls\"}"}}}"#,
+                ),
+                Line(
+                    r#"{"type":"assistant","message":{"id":"msg_t","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}]}}"#,
+                ),
+                Line(TOOL_STOP),
+                Line(
+                    r#"{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"file"}]}}"#,
+                ),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}"#,
+                r#"{"type":"tool_result","tool_use_id":"toolu_1","is_error":false,"summary":"file","truncated":false}"#,
+                DONE_OK,
+            ],
+        );
+    }
+
+    #[test]
+    fn invalid_tool_input_json_is_a_counted_notice_not_a_panic() {
+        let m = check(
+            stream_json(),
+            &[
+                Input,
+                Line(TOOL_START),
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}}"#,
+                ),
+                Line(TOOL_STOP),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"notice","kind":"invalid_tool_input_json","detail":"tool use toolu_1: EOF while parsing a value at line 1 column 5"}"#,
+                r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":null}"#,
+                DONE_OK,
+            ],
+        );
+        assert_eq!(m.counters().invalid_tool_inputs, 1);
+    }
+
+    #[test]
+    fn tool_input_limit_at_and_one_past() {
+        let mut config = stream_json();
+        config.limits.max_tool_input_bytes = 8;
+        let delta = |json: &str| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":1,"delta":{{"type":"input_json_delta","partial_json":{}}}}}}}"#,
+                serde_json::Value::String(json.into())
+            )
+        };
+        let at = delta(r#"{"a":"b"}"#.get(..8).unwrap());
+        let at_rest = delta("}");
+        // 8 bytes then 1 more: 9 > 8 → too large.
+        let (got, m) = run(
+            config.clone(),
+            &[
+                Input,
+                Line(TOOL_START),
+                Line(&at),
+                Line(&at_rest),
+                Line(TOOL_STOP),
+                Line(OK),
+            ],
+        );
+        assert_eq!(
+            got[0],
+            r#"{"type":"notice","kind":"tool_input_too_large","detail":"tool use toolu_1"}"#
+        );
+        assert_eq!(
+            got[1],
+            r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":null}"#
+        );
+        assert_eq!(m.counters().invalid_tool_inputs, 1);
+        // Exactly 8 bytes: accepted.
+        let exact = delta(r#"{"a":12}"#);
+        let (got, _) = run(
+            config,
+            &[
+                Input,
+                Line(TOOL_START),
+                Line(&exact),
+                Line(TOOL_STOP),
+                Line(OK),
+            ],
+        );
+        assert_eq!(
+            got[0],
+            r#"{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"a":12}}"#
+        );
+    }
+
+    #[test]
+    fn line_limit_at_and_one_past_terminates_the_runtime() {
+        let mut config = awp();
+        let ok = r#"{"type":"result","subtype":"success"}"#;
+        config.limits.max_line_bytes = ok.len();
+        check(
+            config.clone(),
+            &[Input, Line(ok)],
+            &[r#"{"type":"turn_completed","status":"success"}"#],
+        );
+        config.limits.max_line_bytes = ok.len() - 1;
+        let m = check(
+            config,
+            &[Input, Line(ok), Input, Line(ok)],
+            &[
+                r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"line of 37 bytes exceeds the limit of 36 bytes"}"#,
+                "action:stdout_line_too_long",
+                "rejected:agent_terminated",
+            ],
+        );
+        assert_eq!(m.counters().lines_too_long, 2);
+        // Between turns it also terminates.
+        check(
+            awp(),
+            &[Input, Line(OK), TooLong(5_000_000), Input],
+            &[
+                DONE_OK,
+                "action:stdout_line_too_long",
+                "rejected:agent_terminated",
+            ],
+        );
+    }
+
+    #[test]
+    fn idle_timeout_is_off_by_default_and_fires_at_the_deadline() {
+        let (got, m) = run(awp(), &[Input, Advance(100_000), Timeout]);
+        assert!(got.is_empty());
+        assert_eq!(m.poll_timeout(), None);
+        let mut config = awp();
+        config.idle_timeout = Some(Duration::from_secs(10));
+        check(
+            config,
+            &[
+                Input,
+                Advance(9),
+                Timeout,
+                Line(r#"{"type":"keep_alive"}"#),
+                Advance(9),
+                Timeout,
+                Advance(1),
+                Timeout,
+            ],
+            &[
+                r#"{"type":"turn_completed","status":"failed","code":"agent_idle_timeout"}"#,
+                "action:agent_idle_timeout",
+            ],
+        );
+    }
+
+    #[test]
+    fn cancel_completes_the_turn_as_cancelled() {
+        check(
+            awp(),
+            &[Input, Cancel, Line(OK), Input],
+            &[
+                r#"{"type":"turn_completed","status":"failed","code":"cancelled"}"#,
+                "action:cancelled",
+                "rejected:agent_terminated",
+            ],
+        );
+    }
+
+    #[test]
+    fn malformed_and_unknown_lines_are_counted_never_rendered() {
+        let m = check(
+            awp(),
+            &[
+                Input,
+                Line("DEBUG: warming up"),
+                Line("[1,2,3]"),
+                Line(r#"{"type":"assistant"}"#),
+                Line(r#"{"type":"future_event","x":1}"#),
+                Line(r#"{"type":"stream_event","event":{"type":"future_delta"}}"#),
+                Line(
+                    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\u2028b"}}"#,
+                ),
+                Line(
+                    "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"c\u{2028}d\u{2029}\"}}",
+                ),
+                Line(OK),
+            ],
+            &[
+                "{\"type\":\"text_delta\",\"text\":\"a\u{2028}b\"}",
+                "{\"type\":\"text_delta\",\"text\":\"c\u{2028}d\u{2029}\"}",
+                DONE_OK,
+            ],
+        );
+        let c = m.counters();
+        assert_eq!((c.malformed_lines, c.unknown_events), (3, 2));
+    }
+
+    #[test]
+    fn informational_events_become_notices() {
+        check(
+            awp(),
+            &[
+                Input,
+                Line(r#"{"type":"system","subtype":"status","status":"requesting"}"#),
+                Line(r#"{"type":"rate_limit_event"}"#),
+                Line(r#"{"type":"keep_alive"}"#),
+                Line(
+                    r#"{"type":"control_request","request_id":"1","request":{"subtype":"can_use_tool"}}"#,
+                ),
+                Line(r#"{"type":"error","error":{"type":"overloaded_error"}}"#),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"notice","kind":"system","detail":"status"}"#,
+                r#"{"type":"notice","kind":"rate_limit_event"}"#,
+                r#"{"type":"notice","kind":"control_request","detail":"can_use_tool"}"#,
+                r#"{"type":"notice","kind":"stream_error","detail":"overloaded_error"}"#,
+                DONE_OK,
+            ],
+        );
+    }
+
+    #[test]
+    fn tool_result_summary_limit_at_and_one_past() {
+        let mut config = awp();
+        config.limits.max_summary_bytes = 4;
+        let line = |text: &str| {
+            format!(
+                r#"{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"t","content":"{text}","is_error":true}}]}}}}"#
+            )
+        };
+        let (at, past, split) = (line("abcd"), line("abcde"), line("abcé"));
+        check(
+            config,
+            &[Input, Line(&at), Line(&past), Line(&split), Line(OK)],
+            &[
+                r#"{"type":"tool_result","tool_use_id":"t","is_error":true,"summary":"abcd","truncated":false}"#,
+                r#"{"type":"tool_result","tool_use_id":"t","is_error":true,"summary":"abcd","truncated":true}"#,
+                r#"{"type":"tool_result","tool_use_id":"t","is_error":true,"summary":"abc","truncated":true}"#,
+                DONE_OK,
+            ],
+        );
+    }
+
+    #[test]
+    fn open_block_limit_at_and_one_past() {
+        let mut config = stream_json();
+        config.limits.max_open_blocks = 2;
+        let start = |i: u32| {
+            format!(
+                r#"{{"type":"content_block_start","index":{i},"content_block":{{"type":"tool_use","id":"t{i}","name":"X","input":{{}}}}}}"#
+            )
+        };
+        let stop = |i: u32| format!(r#"{{"type":"content_block_stop","index":{i}}}"#);
+        let (s0, s1, s2, e0, e1, e2) = (start(0), start(1), start(2), stop(0), stop(1), stop(2));
+        let m = check(
+            config,
+            &[
+                Input,
+                Line(&s0),
+                Line(&s1),
+                Line(&s2),
+                Line(&e0),
+                Line(&e1),
+                Line(&e2),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"tool_use","id":"t0","name":"X","input":{}}"#,
+                r#"{"type":"tool_use","id":"t1","name":"X","input":{}}"#,
+                DONE_OK,
+            ],
+        );
+        assert_eq!(m.counters().blocks_over_limit, 1);
+    }
 }
