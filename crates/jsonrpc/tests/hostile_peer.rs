@@ -27,7 +27,9 @@ fn serve(
                             &request.method,
                         ))
                     };
-                    request.respond(answer).await.unwrap();
+                    if request.respond(answer).await.is_err() {
+                        return;
+                    }
                 }
                 IncomingMessage::Notification(n) => {
                     let _ = seen_tx.send(n.method);
