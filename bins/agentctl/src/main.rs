@@ -1,6 +1,65 @@
-//! Not built yet.
+//! The `agentctl` binary: parse the configuration, bind, print the listening line, serve until SIGTERM/SIGINT.
 
-fn main() {
-    eprintln!("agentctl: not built yet");
-    std::process::exit(2);
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+
+fn main() -> ExitCode {
+    let config = agentctl::Config::parse();
+    let filter =
+        tracing_subscriber::EnvFilter::new(format!("{},agentctl={}", "warn", config.log_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("agentctl: starting the runtime failed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("agentctl: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
+    let addr = config.listen_addr();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    tracing::info!(%bound, "listening");
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "agentctl listening on {bound}").context("writing the listening line")?;
+    stdout.flush().context("writing the listening line")?;
+    drop(stdout);
+    agentctl::run(config, listener, shutdown_signal()).await
+}
+
+/// Resolves at SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM; only Ctrl-C stops agentctl");
+            // Ctrl-C is still handled below.
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

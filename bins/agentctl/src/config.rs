@@ -1,0 +1,278 @@
+//! agentctl's configuration: every `AGENTCTL_*` environment variable (also accepted as a `--flag`), with defaults.
+//!
+//! Source: `protocols/agentctl.md` ("Configuration"); the variables after `AGENTCTL_REQUEST_TIMEOUT_MS` are
+//! agentwire's documented limits and are not in the Kandev document.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Default for [`Config::max_message_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Prefix of the JSON-RPC ids agentctl assigns to `/api/v1/acp/call` requests: `"agentctl-1"`, `"agentctl-2"`, ….
+///
+/// Ids in this space are refused on `/api/v1/acp/send`, so they can never collide with a subscriber's own ids.
+pub const CALL_ID_PREFIX: &str = "agentctl-";
+
+/// agentctl: a sidecar that runs one JSON-RPC (ACP) agent subprocess and exposes it over HTTP + WebSocket.
+///
+/// Every option is read from its `AGENTCTL_*` environment variable; a command-line flag wins over the variable.
+/// On start agentctl prints one line on stdout, `agentctl listening on HOST:PORT`, once it accepts connections
+/// (with `AGENTCTL_PORT=0` the port is the one the OS chose). Logs go to stderr.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "agentctl", version, about, long_about = None, max_term_width = 120)]
+pub struct Config {
+    /// HTTP port; 0 lets the OS choose (see the line printed on stdout).
+    #[arg(long, env = "AGENTCTL_PORT", default_value_t = 9999)]
+    pub port: u16,
+
+    /// Listen address. Container images set 0.0.0.0 together with AGENTCTL_TOKEN.
+    #[arg(long, env = "AGENTCTL_LISTEN_HOST", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub listen_host: IpAddr,
+
+    /// Agent command line, split like a POSIX shell splits words (quotes honoured); never run through a shell.
+    #[arg(long, env = "AGENTCTL_AGENT_COMMAND", default_value = "auggie --acp")]
+    pub agent_command: String,
+
+    /// The agent's working directory and the root `fs/*` requests are confined to [default: the current directory].
+    #[arg(long, env = "AGENTCTL_WORKDIR")]
+    pub workdir: Option<PathBuf>,
+
+    /// Start the agent at boot (true/false).
+    #[arg(long, env = "AGENTCTL_AUTO_START", default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub auto_start: bool,
+
+    /// Log level: trace, debug, info, warn or error (logs go to stderr).
+    #[arg(long, env = "AGENTCTL_LOG_LEVEL", default_value = "info",
+          value_parser = ["trace", "debug", "info", "warn", "error"])]
+    pub log_level: String,
+
+    /// Lines kept of the agent's stderr and of its non-JSON stdout, for /api/v1/output; older lines are dropped
+    /// (and counted).
+    #[arg(long, env = "AGENTCTL_OUTPUT_BUFFER_SIZE", default_value_t = 1000)]
+    pub output_buffer_size: usize,
+
+    /// When set, every endpoint but /health requires `Authorization: Bearer <token>`. Never passed to the agent.
+    #[arg(long, env = "AGENTCTL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// Answer session/request_permission with the first allow_once/allow_always option instead of relaying it
+    /// (true/false).
+    #[arg(long, env = "AGENTCTL_AUTO_APPROVE_PERMISSIONS", default_value_t = false, action = clap::ArgAction::Set,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub auto_approve_permissions: bool,
+
+    /// Default wait of /api/v1/acp/call, in milliseconds; a call's `timeout_ms` overrides it. On expiry: 504.
+    #[arg(long, env = "AGENTCTL_REQUEST_TIMEOUT_MS", default_value_t = 600_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+
+    /// How long a request from the agent (session/request_permission, …) waits for a subscriber's answer, in
+    /// milliseconds; then agentctl answers it itself (cancelled outcome, or -32601).
+    #[arg(long, env = "AGENTCTL_AGENT_REQUEST_TIMEOUT_MS", default_value_t = 600_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub agent_request_timeout_ms: u64,
+
+    /// Largest JSON-RPC message in either direction, in bytes (agent stdout line, HTTP body, WebSocket message).
+    /// A longer agent line is discarded and reported in /api/v1/output; a longer HTTP body gets 413.
+    #[arg(long, env = "AGENTCTL_MAX_MESSAGE_BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES,
+          value_parser = clap::value_parser!(usize))]
+    pub max_message_bytes: usize,
+
+    /// Messages queued per /api/v1/acp/stream or /api/v1/output/stream subscriber; a subscriber that falls this
+    /// far behind is disconnected with close code 1008 and a reason.
+    #[arg(long, env = "AGENTCTL_SUBSCRIBER_QUEUE", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub subscriber_queue: u64,
+
+    /// Bytes queued per /api/v1/acp/stream subscriber (a message larger than this still passes when the queue is
+    /// otherwise empty); over it, the subscriber is disconnected like a full queue.
+    #[arg(long, env = "AGENTCTL_SUBSCRIBER_QUEUE_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub subscriber_queue_bytes: usize,
+
+    /// Largest number of WebSocket subscribers per stream; one more gets 503.
+    #[arg(long, env = "AGENTCTL_MAX_SUBSCRIBERS", default_value_t = 64)]
+    pub max_subscribers: usize,
+
+    /// Largest number of /api/v1/acp/call requests waiting for the agent at once; one more gets 503.
+    #[arg(long, env = "AGENTCTL_MAX_PENDING_CALLS", default_value_t = 1024)]
+    pub max_pending_calls: usize,
+
+    /// Largest number of agent requests waiting for a subscriber's answer; one more is answered at once with
+    /// JSON-RPC error -32603 (fail closed).
+    #[arg(
+        long,
+        env = "AGENTCTL_MAX_PENDING_AGENT_REQUESTS",
+        default_value_t = 1024
+    )]
+    pub max_pending_agent_requests: usize,
+
+    /// Longest line of /api/v1/output content, in bytes; longer lines are cut and end with
+    /// `… [N bytes cut]`.
+    #[arg(long, env = "AGENTCTL_MAX_OUTPUT_LINE_BYTES", default_value_t = 16 * 1024)]
+    pub max_output_line_bytes: usize,
+
+    /// Stop ladder: how long the agent gets to exit after its stdin is closed, in milliseconds, before SIGTERM
+    /// goes to its process group (`force` skips this step).
+    #[arg(long, env = "AGENTCTL_STOP_GRACE_MS", default_value_t = 5_000)]
+    pub stop_grace_ms: u64,
+
+    /// Stop ladder: how long the agent's process group gets after SIGTERM, in milliseconds, before SIGKILL.
+    #[arg(long, env = "AGENTCTL_TERM_GRACE_MS", default_value_t = 3_000)]
+    pub term_grace_ms: u64,
+
+    /// Comma-separated names of extra environment variables copied from agentctl's environment to the agent
+    /// (API keys, …). The agent otherwise gets only PATH HOME USER LOGNAME SHELL LANG TERM TMPDIR TZ LC_*.
+    #[arg(
+        long,
+        env = "AGENTCTL_AGENT_ENV",
+        default_value = "",
+        value_delimiter = ','
+    )]
+    pub agent_env: Vec<String>,
+}
+
+impl Config {
+    /// The socket address to listen on.
+    pub fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.listen_host, self.port)
+    }
+
+    /// [`Config::request_timeout_ms`] as a duration.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// [`Config::agent_request_timeout_ms`] as a duration.
+    pub fn agent_request_timeout(&self) -> Duration {
+        Duration::from_millis(self.agent_request_timeout_ms)
+    }
+
+    /// [`Config::subscriber_queue`] as a channel capacity.
+    pub fn subscriber_queue_len(&self) -> usize {
+        usize::try_from(self.subscriber_queue)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+
+    /// The agent's argv: [`Config::agent_command`] split like a POSIX shell splits words.
+    ///
+    /// # Errors
+    /// [`CommandLineError`] when the quoting is unbalanced or the command is empty.
+    pub fn agent_argv(&self) -> Result<Vec<String>, CommandLineError> {
+        split_command_line(&self.agent_command)
+    }
+
+    /// The names of the extra variables passed to the agent ([`Config::agent_env`] without blanks and without
+    /// `AGENTCTL_TOKEN`).
+    pub fn agent_env_names(&self) -> Vec<String> {
+        self.agent_env
+            .iter()
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty() && name != "AGENTCTL_TOKEN")
+            .collect()
+    }
+}
+
+/// Why `AGENTCTL_AGENT_COMMAND` cannot be split into words.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommandLineError {
+    /// Unbalanced quotes or a trailing backslash.
+    #[error("agent command has unbalanced quoting")]
+    Unbalanced,
+    /// No words at all.
+    #[error("agent command is empty")]
+    Empty,
+}
+
+impl CommandLineError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CommandLineError::Unbalanced => "agent_command_unbalanced",
+            CommandLineError::Empty => "agent_command_empty",
+        }
+    }
+}
+
+/// Splits `line` into argv words like a POSIX shell (quotes and backslashes honoured, no expansion of any kind).
+///
+/// # Errors
+/// [`CommandLineError::Unbalanced`] for unbalanced quotes, [`CommandLineError::Empty`] for no words.
+pub fn split_command_line(line: &str) -> Result<Vec<String>, CommandLineError> {
+    let words = shlex::split(line).ok_or(CommandLineError::Unbalanced)?;
+    if words.is_empty() {
+        return Err(CommandLineError::Empty);
+    }
+    Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(line: &str, expect: Result<&[&str], CommandLineError>) {
+        let got = split_command_line(line);
+        let expect = expect.map(|words| words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>());
+        assert_eq!(got, expect, "{line:?}");
+    }
+
+    #[test]
+    fn agent_command_is_split_like_a_posix_shell() {
+        check("auggie --acp", Ok(&["auggie", "--acp"]));
+        check(
+            r#"/usr/bin/agent --name "two words" 'single $HOME' a\ b"#,
+            Ok(&[
+                "/usr/bin/agent",
+                "--name",
+                "two words",
+                "single $HOME",
+                "a b",
+            ]),
+        );
+        check("agent; rm -rf /", Ok(&["agent;", "rm", "-rf", "/"]));
+        check("  spaced\targs  ", Ok(&["spaced", "args"]));
+        check("agent 'open", Err(CommandLineError::Unbalanced));
+        check("   ", Err(CommandLineError::Empty));
+    }
+
+    #[test]
+    fn error_codes_are_stable() {
+        assert_eq!(
+            CommandLineError::Unbalanced.code(),
+            "agent_command_unbalanced"
+        );
+        assert_eq!(CommandLineError::Empty.code(), "agent_command_empty");
+    }
+
+    #[test]
+    fn defaults_match_the_protocol_note() {
+        let config = Config::try_parse_from(["agentctl"]).unwrap();
+        assert_eq!(config.port, 9999);
+        assert_eq!(config.listen_host, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        assert_eq!(config.agent_command, "auggie --acp");
+        assert!(!config.auto_start);
+        assert_eq!(config.log_level, "info");
+        assert_eq!(config.output_buffer_size, 1000);
+        assert_eq!(config.token, None);
+        assert!(!config.auto_approve_permissions);
+        assert_eq!(config.request_timeout_ms, 600_000);
+        assert_eq!(config.max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn agent_env_never_carries_the_token() {
+        let config =
+            Config::try_parse_from(["agentctl", "--agent-env", "API_KEY, ,AGENTCTL_TOKEN,OTHER"])
+                .unwrap();
+        assert_eq!(
+            config.agent_env_names(),
+            vec!["API_KEY".to_owned(), "OTHER".to_owned()]
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! The HTTP + WebSocket surface: routes, handlers, the token check, and axum's rejections mapped to the error
+//! shape of `protocols/agentctl.md`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{DefaultBodyLimit, Query, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::broadcast;
+
+use crate::App;
+use crate::error::{ApiError, ErrorKind};
+use crate::hub::{CLOSE_GOING_AWAY, CLOSE_NORMAL, CLOSE_POLICY, SubscriberRx};
+use crate::relay::Relay;
+
+/// How long a closing WebSocket gets to take its last frames and the close frame.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// The complete router, with the token check and the body limit.
+pub fn router(app: Arc<App>) -> Router {
+    let body_limit = app.config.max_message_bytes;
+    Router::new()
+        .route("/health", get(health))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/info", get(info))
+        .route("/api/v1/start", post(start))
+        .route("/api/v1/stop", post(stop))
+        .route("/api/v1/acp/call", post(call))
+        .route("/api/v1/acp/send", post(send))
+        .route("/api/v1/acp/stream", get(acp_stream))
+        .route("/api/v1/output", get(output))
+        .route("/api/v1/output/stream", get(output_stream))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), require_token))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(app)
+}
+
+async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &app.token
+        && request.uri().path() != "/health"
+        && !token.allows(request.headers().get(AUTHORIZATION).map(|v| v.as_bytes()))
+    {
+        return ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
+            .into_response();
+    }
+    next.run(request).await
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        ErrorKind::NotFound,
+        format!("no route {}", request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        ErrorKind::MethodNotAllowed,
+        format!(
+            "method {} not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// `GET /health` → `{"status":"ok","timestamp":"2026-01-01T00:00:00.000Z"}`.
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok", "timestamp": now_rfc3339()}))
+}
+
+/// `GET /api/v1/status`.
+async fn status(State(app): State<Arc<App>>) -> Json<crate::agent::StatusView> {
+    Json(app.supervisor.status())
+}
+
+/// `GET /api/v1/info` → version, agent command, workdir, port.
+async fn info(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "name": "agentctl",
+        "version": env!("CARGO_PKG_VERSION"),
+        "agent_command": app.config.agent_command,
+        "agent_argv": app.argv,
+        "workdir": app.workdir,
+        "listen_host": app.config.listen_host,
+        "port": app.port,
+        "auth": app.token.is_some(),
+        "auto_approve_permissions": app.config.auto_approve_permissions,
+        "request_timeout_ms": app.config.request_timeout_ms,
+        "max_message_bytes": app.config.max_message_bytes,
+    }))
+}
+
+/// `POST /api/v1/start` → the status after the spawn; 409 if it is already running.
+async fn start(State(app): State<Arc<App>>) -> Result<Json<crate::agent::StatusView>, ApiError> {
+    app.supervisor.start().map(Json)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StopBody {
+    #[serde(default)]
+    force: bool,
+}
+
+/// `POST /api/v1/stop {force?}` → the status after the exit; 409 if it is not running.
+async fn stop(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<crate::agent::StatusView>, ApiError> {
+    let body = body.map_err(body_rejection)?;
+    let stop: StopBody = if body.iter().all(u8::is_ascii_whitespace) {
+        StopBody::default()
+    } else {
+        parse_json(&body)?
+    };
+    app.supervisor.stop(stop.force).await.map(Json)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallBody<'a> {
+    method: String,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+/// `POST /api/v1/acp/call {method, params, timeout_ms?}` → `{"result":…}` or `{"error":…}` as the agent sent it.
+async fn call(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_rejection)?;
+    let request: CallBody<'_> = parse_json(&body)?;
+    if request.method.is_empty() {
+        return Err(ApiError::new(
+            ErrorKind::ValidationError,
+            "method must not be empty",
+        ));
+    }
+    let timeout = match request.timeout_ms {
+        Some(0) => {
+            return Err(ApiError::new(
+                ErrorKind::ValidationError,
+                "timeout_ms must be at least 1",
+            ));
+        }
+        Some(ms) => Duration::from_millis(ms),
+        None => app.config.request_timeout(),
+    };
+    let pending = app.relay.begin_call(&request.method, request.params)?;
+    drop(request);
+    let reply = pending.wait(timeout).await?;
+    Ok(([(CONTENT_TYPE, "application/json")], reply).into_response())
+}
+
+/// `POST /api/v1/acp/send` → `{"status":"sent"}` once queued for the agent.
+async fn send(
+    State(app): State<Arc<App>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let body = body.map_err(body_rejection)?;
+    app.relay.send(&body)?;
+    Ok(Json(serde_json::json!({"status": "sent"})))
+}
+
+/// `GET /api/v1/acp/stream` (WebSocket): every message from the agent, verbatim, one text frame each.
+async fn acp_stream(
+    State(app): State<Arc<App>>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let upgrade = upgrade.map_err(upgrade_rejection)?;
+    let rx = app.relay.subscribe()?;
+    let id = rx.id;
+    let relay = app.relay.clone();
+    let on_fail = app.relay.clone();
+    let tracker = app.tracker.clone();
+    let max = app.config.max_message_bytes;
+    Ok(upgrade
+        .max_message_size(max)
+        .max_frame_size(max)
+        .on_failed_upgrade(move |error| {
+            tracing::debug!(%error, "websocket upgrade failed");
+            on_fail.unsubscribe(id);
+        })
+        .on_upgrade(move |socket| tracker.track_future(serve_acp_stream(socket, rx, relay))))
+}
+
+async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Relay>) {
+    let (mut sink, mut stream) = socket.split();
+    let mut client_gone = false;
+    let abort = rx.abort_token();
+    loop {
+        tokio::select! {
+            biased;
+            () = abort.cancelled() => break,
+            message = rx.recv() => {
+                let Some(text) = message else { break };
+                let send = sink.send(Message::Text(text));
+                tokio::pin!(send);
+                let sent = tokio::select! {
+                    sent = &mut send => sent.is_ok(),
+                    () = abort.cancelled() => matches!(tokio::time::timeout(CLOSE_GRACE, &mut send).await, Ok(Ok(()))),
+                };
+                if !sent {
+                    client_gone = true;
+                    break;
+                }
+            }
+            incoming = stream.next() => {
+                if !matches!(incoming, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_) | Message::Pong(_)))) {
+                    client_gone = true;
+                    break;
+                }
+            }
+        }
+    }
+    relay.unsubscribe(rx.id);
+    if !client_gone {
+        let reason = rx.close_reason();
+        let (code, reason) =
+            reason.map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason));
+        close(sink, stream, code, &reason).await;
+    }
+}
+
+/// Sends a close frame, then waits (bounded) for the client's close so the frame is not lost to a reset.
+async fn close(
+    mut sink: futures_util::stream::SplitSink<WebSocket, Message>,
+    mut stream: futures_util::stream::SplitStream<WebSocket>,
+    code: u16,
+    reason: &str,
+) {
+    let mut reason = reason.to_owned();
+    while reason.len() > 123 {
+        reason.pop();
+    }
+    let frame = CloseFrame {
+        code,
+        reason: reason.into(),
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        if sink.send(Message::Close(Some(frame))).await.is_err() {
+            return;
+        }
+        while let Some(Ok(message)) = stream.next().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputQuery {
+    #[serde(default)]
+    last: Option<usize>,
+}
+
+/// `GET /api/v1/output?last=N` → `{"lines":[…],"total":K,"dropped":D}` (`total`: lines kept; `dropped`: lines
+/// evicted since start).
+async fn output(
+    State(app): State<Arc<App>>,
+    query: Result<Query<OutputQuery>, QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(query_rejection)?;
+    let (lines, total) = app.output.snapshot(query.last);
+    Ok(Json(
+        serde_json::json!({"lines": lines, "total": total, "dropped": app.output.dropped()}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputStreamQuery {
+    #[serde(default)]
+    history: bool,
+    #[serde(default)]
+    history_count: Option<usize>,
+}
+
+/// `GET /api/v1/output/stream?history=true&history_count=N` (WebSocket): output lines as JSON text frames.
+async fn output_stream(
+    State(app): State<Arc<App>>,
+    query: Result<Query<OutputStreamQuery>, QueryRejection>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(query_rejection)?;
+    let upgrade = upgrade.map_err(upgrade_rejection)?;
+    if app.output.subscribers() >= app.config.max_subscribers {
+        return Err(
+            ApiError::new(ErrorKind::Unavailable, "too many output subscribers")
+                .with_details(serde_json::json!({"limit": app.config.max_subscribers})),
+        );
+    }
+    let history = if query.history {
+        query.history_count.unwrap_or(usize::MAX)
+    } else {
+        0
+    };
+    let (lines, rx) = app.output.subscribe(history);
+    let shutdown = app.shutdown.clone();
+    let tracker = app.tracker.clone();
+    Ok(upgrade.on_upgrade(move |socket| {
+        tracker.track_future(serve_output_stream(socket, lines, rx, shutdown))
+    }))
+}
+
+async fn serve_output_stream(
+    socket: WebSocket,
+    history: Vec<crate::output::OutputLine>,
+    mut rx: broadcast::Receiver<crate::output::OutputLine>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let (mut sink, mut stream) = socket.split();
+    for line in history {
+        if sink
+            .send(Message::Text(line_text(&line).into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let (code, reason) = loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break (CLOSE_GOING_AWAY, "agentctl shutting down".to_owned()),
+            line = rx.recv() => match line {
+                Ok(line) => {
+                    if sink.send(Message::Text(line_text(&line).into())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    break (CLOSE_POLICY, format!("slow subscriber: fell {missed} lines behind"));
+                }
+                Err(broadcast::error::RecvError::Closed) => break (CLOSE_GOING_AWAY, "agentctl shutting down".to_owned()),
+            },
+            incoming = stream.next() => {
+                if !matches!(incoming, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_) | Message::Pong(_)))) {
+                    return;
+                }
+            }
+        }
+    };
+    close(sink, stream, code, &reason).await;
+}
+
+fn line_text(line: &crate::output::OutputLine) -> String {
+    serde_json::to_string(line).unwrap_or_default()
+}
+
+fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => {
+            ApiError::new(ErrorKind::ValidationError, format!("invalid body: {error}"))
+        }
+        _ => ApiError::new(ErrorKind::BadRequest, format!("malformed json: {error}")),
+    })
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            "body is larger than AGENTCTL_MAX_MESSAGE_BYTES",
+        )
+    } else {
+        ApiError::new(
+            ErrorKind::BadRequest,
+            format!("reading the body failed: {}", rejection.body_text()),
+        )
+    }
+}
+
+fn query_rejection(rejection: QueryRejection) -> ApiError {
+    ApiError::new(
+        ErrorKind::BadRequest,
+        format!("bad query string: {}", rejection.body_text()),
+    )
+}
+
+fn upgrade_rejection(
+    rejection: axum::extract::ws::rejection::WebSocketUpgradeRejection,
+) -> ApiError {
+    ApiError::new(
+        ErrorKind::BadRequest,
+        format!("websocket upgrade required: {}", rejection.body_text()),
+    )
+}

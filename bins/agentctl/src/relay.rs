@@ -1,0 +1,421 @@
+//! The relay shell: drives the sans-IO [`Router`] with the agent's lines, HTTP calls and sends, subscriber changes
+//! and time, and executes its [`Action`]s (subscriber queues, call waiters, the agent's stdin writer, `fs/*`).
+//!
+//! Nothing here waits while holding the lock: broadcasting is `try_send`, writes go to the run's writer queue,
+//! `fs/*` runs on a blocking thread. So the agent's reader is never blocked by a subscriber or an HTTP client.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::Utf8Bytes;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::envelope;
+use crate::error::{ApiError, ErrorKind};
+use crate::fs::FsService;
+use crate::hub::{Hub, HubLimits, SubscriberRx};
+use crate::router::{
+    Action, CallId, CallReply, FsRequest, Router, RouterError, RouterLimits, RouterStats,
+};
+
+/// Counters and gauges for `/api/v1/status`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RelayStats {
+    /// `/acp/call` requests waiting for the agent.
+    pub pending_calls: usize,
+    /// Agent requests waiting for a subscriber's answer.
+    pub pending_agent_requests: usize,
+    /// `/acp/stream` subscribers.
+    pub subscribers: usize,
+    /// Subscribers dropped for falling behind.
+    pub dropped_subscribers: u64,
+    /// Bytes queued for the agent's stdin.
+    pub stdin_queued_bytes: usize,
+    /// The router's counters.
+    #[serde(flatten)]
+    pub router: RouterStats,
+}
+
+/// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent).
+#[derive(Clone, Debug)]
+struct Writer {
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl Writer {
+    fn push(&self, line: Bytes) {
+        let len = line.len();
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.tx.send(line).is_err() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            tracing::debug!("dropping a line for the agent: its stdin writer has ended");
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    router: Router,
+    waiters: HashMap<CallId, oneshot::Sender<CallReply>>,
+    hub: Hub,
+    writer: Option<Writer>,
+}
+
+/// The relay between one agent's stdio and many HTTP/WebSocket clients.
+#[derive(Debug)]
+pub struct Relay {
+    state: Mutex<State>,
+    timer: Notify,
+    fs: FsService,
+    /// Refuse new calls/sends while this many bytes wait for the agent's stdin (it is not reading).
+    max_stdin_queue_bytes: usize,
+}
+
+/// A started `/acp/call`; await [`PendingCall::wait`]. Dropping it abandons the call (its late response is dropped).
+#[derive(Debug)]
+pub struct PendingCall {
+    relay: Arc<Relay>,
+    call: CallId,
+    method: String,
+    rx: Option<oneshot::Receiver<CallReply>>,
+}
+
+impl PendingCall {
+    /// Waits for the agent's response: the HTTP body `{"result":…}` / `{"error":…}`.
+    ///
+    /// # Errors
+    /// 504 `timeout` after `timeout` (the late response will be dropped and counted), 502 `agent_exited`.
+    pub async fn wait(mut self, timeout: Duration) -> Result<Bytes, ApiError> {
+        let Some(rx) = self.rx.take() else {
+            return Err(ApiError::new(
+                ErrorKind::InternalError,
+                "call already awaited",
+            ));
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(CallReply::Response(body))) => Ok(body),
+            Ok(Ok(CallReply::AgentExited) | Err(_)) => Err(ApiError::new(
+                ErrorKind::AgentExited,
+                "the agent exited before answering",
+            )
+            .with_details(serde_json::json!({"method": self.method, "id": self.wire_id()}))),
+            Err(_) => Err(
+                ApiError::new(ErrorKind::Timeout, "the agent did not answer in time").with_details(
+                    serde_json::json!({
+                        "method": self.method,
+                        "id": self.wire_id(),
+                        "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                    }),
+                ),
+            ),
+        }
+    }
+
+    fn wire_id(&self) -> String {
+        format!("{}{}", crate::config::CALL_ID_PREFIX, self.call)
+    }
+}
+
+impl Drop for PendingCall {
+    fn drop(&mut self) {
+        let mut state = self.relay.lock();
+        state.waiters.remove(&self.call);
+        state.router.abandon_call(self.call);
+    }
+}
+
+impl Relay {
+    /// A relay with no agent yet.
+    pub fn new(
+        router: RouterLimits,
+        auto_approve: bool,
+        hub: HubLimits,
+        fs: FsService,
+        max_stdin_queue_bytes: usize,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                router: Router::new(router, auto_approve),
+                waiters: HashMap::new(),
+                hub: Hub::new(hub),
+                writer: None,
+            }),
+            timer: Notify::new(),
+            fs,
+            max_stdin_queue_bytes,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs the deadline timer of agent requests until `shutdown` is cancelled.
+    pub async fn run_timer(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            let deadline = self.lock().router.poll_timeout();
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.timer.notified() => {}
+                () = sleep => {
+                    let mut state = self.lock();
+                    state.router.handle_timeout(Instant::now());
+                    self.execute(&mut state);
+                }
+            }
+        }
+    }
+
+    /// A new agent run: its stdin gets a writer task; the router forgets the previous run.
+    pub fn agent_started(self: &Arc<Self>, stdin: agentwire_process::Stdin) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let writer = Writer {
+            tx,
+            queued: queued.clone(),
+        };
+        tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                queued.fetch_sub(line.len(), Ordering::Relaxed);
+                if let Err(error) = stdin.write_line(&line).await {
+                    tracing::warn!(code = error.code(), %error, "writing to the agent's stdin failed");
+                }
+            }
+        });
+        let mut state = self.lock();
+        state.router.agent_started();
+        state.writer = Some(writer);
+    }
+
+    /// The agent is being stopped: new calls and sends get 409; queued lines still go out.
+    pub fn agent_stopping(&self) {
+        self.lock().writer = None;
+    }
+
+    /// The agent exited and its stdout is drained: pending calls fail (502); subscribers get `final_frame` and are
+    /// closed with code 1000.
+    pub fn agent_exited(self: &Arc<Self>, final_frame: &str) {
+        let mut state = self.lock();
+        state.writer = None;
+        state.router.agent_exited();
+        self.execute(&mut state);
+        state.hub.broadcast(&Utf8Bytes::from(final_frame));
+        state
+            .hub
+            .close_all(crate::hub::CLOSE_NORMAL, "agent exited");
+        let count = state.hub.len();
+        state.router.set_subscribers(count);
+        self.execute(&mut state);
+    }
+
+    /// One JSON line from the agent's stdout.
+    pub fn on_agent_message(self: &Arc<Self>, line: Bytes) {
+        let mut state = self.lock();
+        state.router.handle_agent_message(line, Instant::now());
+        self.execute(&mut state);
+        if state.router.pending_agent_requests() > 0 {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Starts an `/acp/call`.
+    ///
+    /// # Errors
+    /// 409 when the agent is not running; 503 at the pending-call limit or when the agent is not reading stdin.
+    pub fn begin_call(
+        self: &Arc<Self>,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<PendingCall, ApiError> {
+        let mut state = self.lock();
+        self.check_writable(&state)?;
+        let call = state
+            .router
+            .begin_call(method, params)
+            .map_err(router_error)?;
+        let (tx, rx) = oneshot::channel();
+        state.waiters.insert(call, tx);
+        self.execute(&mut state);
+        Ok(PendingCall {
+            relay: self.clone(),
+            call,
+            method: method.to_owned(),
+            rx: Some(rx),
+        })
+    }
+
+    /// Handles an `/acp/send` body.
+    ///
+    /// # Errors
+    /// 400 `bad_request` for malformed JSON, 400 `validation_error` for a non-message or a reserved id, 409 when the
+    /// agent is not running or no agent request waits for that answer, 503 when the agent is not reading stdin.
+    pub fn send(self: &Arc<Self>, body: &[u8]) -> Result<(), ApiError> {
+        if let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+            return Err(ApiError::new(
+                ErrorKind::BadRequest,
+                format!("malformed json: {error}"),
+            ));
+        }
+        let mut state = self.lock();
+        self.check_writable(&state)?;
+        state
+            .router
+            .handle_client_message(body)
+            .map_err(router_error)?;
+        self.execute(&mut state);
+        Ok(())
+    }
+
+    /// Adds an `/acp/stream` subscriber.
+    ///
+    /// # Errors
+    /// 503 at the subscriber limit.
+    pub fn subscribe(&self) -> Result<SubscriberRx, ApiError> {
+        let mut state = self.lock();
+        let rx = state.hub.subscribe().map_err(|e| {
+            ApiError::new(ErrorKind::Unavailable, e.to_string())
+                .with_details(serde_json::json!({"limit": e.limit}))
+        })?;
+        let count = state.hub.len();
+        state.router.set_subscribers(count);
+        Ok(rx)
+    }
+
+    /// Removes a subscriber; the last one leaving fails pending agent requests closed.
+    pub fn unsubscribe(self: &Arc<Self>, id: u64) {
+        let mut state = self.lock();
+        if state.hub.unsubscribe(id) {
+            let count = state.hub.len();
+            state.router.set_subscribers(count);
+            self.execute(&mut state);
+        }
+    }
+
+    /// Closes every subscriber after its queue (shutdown).
+    pub fn close_subscribers(self: &Arc<Self>, code: u16, reason: &str) {
+        let mut state = self.lock();
+        state.hub.close_all(code, reason);
+        state.router.set_subscribers(0);
+        self.execute(&mut state);
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> RelayStats {
+        let state = self.lock();
+        RelayStats {
+            pending_calls: state.router.pending_calls(),
+            pending_agent_requests: state.router.pending_agent_requests(),
+            subscribers: state.hub.len(),
+            dropped_subscribers: state.hub.dropped_slow(),
+            stdin_queued_bytes: state.writer.as_ref().map_or(0, Writer::queued),
+            router: state.router.stats(),
+        }
+    }
+
+    fn check_writable(&self, state: &State) -> Result<(), ApiError> {
+        let Some(writer) = &state.writer else {
+            return Err(ApiError::new(ErrorKind::Conflict, "agent is not running"));
+        };
+        let queued = writer.queued();
+        if queued >= self.max_stdin_queue_bytes {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "the agent is not reading its stdin",
+            )
+            .with_details(
+                serde_json::json!({"queued_bytes": queued, "limit": self.max_stdin_queue_bytes}),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Executes the router's actions. Called with the lock held; nothing here waits.
+    fn execute(self: &Arc<Self>, state: &mut State) {
+        while let Some(action) = state.router.poll_action() {
+            match action {
+                Action::Broadcast(bytes) => {
+                    if state.hub.is_empty() {
+                        continue;
+                    }
+                    match Utf8Bytes::try_from(bytes) {
+                        Ok(text) => {
+                            if state.hub.broadcast(&text) > 0 {
+                                let count = state.hub.len();
+                                state.router.set_subscribers(count);
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "not relaying a message that is not utf-8")
+                        }
+                    }
+                }
+                Action::CompleteCall { call, reply } => {
+                    if let Some(waiter) = state.waiters.remove(&call) {
+                        // The HTTP client may be gone; then nobody needs the reply.
+                        let _ = waiter.send(reply);
+                    }
+                }
+                Action::WriteToAgent(line) => match &state.writer {
+                    Some(writer) => writer.push(line),
+                    None => tracing::debug!("agent not running: dropping a line for it"),
+                },
+                Action::ServeFs(request) => match &state.writer {
+                    Some(writer) => self.serve_fs(request, writer.clone()),
+                    None => tracing::debug!("agent not running: not serving an fs request"),
+                },
+            }
+        }
+    }
+
+    fn serve_fs(&self, request: FsRequest, writer: Writer) {
+        let fs = self.fs.clone();
+        tokio::spawn(async move {
+            let id = request.id.clone();
+            let method = request.method;
+            let outcome =
+                tokio::task::spawn_blocking(move || fs.serve(request.method, &request.params))
+                    .await;
+            let line = match outcome {
+                Ok(Ok(result)) => envelope::result_line(&id, &result),
+                Ok(Err(error)) => {
+                    tracing::info!(method = method.as_str(), code = error.code(), %error, "fs request refused");
+                    let data = serde_json::json!({"code": error.code()});
+                    envelope::error_line(&id, error.rpc_code(), &error.to_string(), Some(&data))
+                }
+                Err(join) => envelope::error_line(
+                    &id,
+                    crate::fs::INTERNAL_ERROR,
+                    &format!("fs task failed: {join}"),
+                    None,
+                ),
+            };
+            writer.push(Bytes::from(line));
+        });
+    }
+}
+
+fn router_error(error: RouterError) -> ApiError {
+    let kind = match error {
+        RouterError::TooManyPendingCalls { .. } => ErrorKind::Unavailable,
+        RouterError::NoPendingRequest { .. } => ErrorKind::Conflict,
+        _ => ErrorKind::ValidationError,
+    };
+    ApiError::new(kind, error.to_string()).with_details(serde_json::json!({"code": error.code()}))
+}
