@@ -258,10 +258,28 @@ impl Connection {
     /// A connection over the process's own stdin (the peer's output) and stdout (the peer's input): for an agent
     /// or a fixture launched by a host. Stdout must carry nothing but protocol lines: log to stderr.
     ///
+    /// When both are pipes (the usual case for a child of a host), they are driven by the runtime's reactor
+    /// (`tokio::net::unix::pipe`); this puts them in non-blocking mode, so do not use `std::io::stdin`/`stdout`
+    /// (or `println!`) afterwards. Otherwise (a terminal, a file, a socket) `tokio::io::stdin`/`stdout` are used,
+    /// which go through blocking threads.
+    ///
     /// # Panics
     ///
     /// Outside a tokio runtime.
     pub fn stdio(config: Config) -> (Connection, Incoming) {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsFd;
+            let stdin = std::io::stdin().as_fd().try_clone_to_owned();
+            let stdout = std::io::stdout().as_fd().try_clone_to_owned();
+            if let (Ok(stdin), Ok(stdout)) = (stdin, stdout) {
+                let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(stdin);
+                let writer = tokio::net::unix::pipe::Sender::from_owned_fd(stdout);
+                if let (Ok(reader), Ok(writer)) = (reader, writer) {
+                    return Connection::new(reader, writer, config);
+                }
+            }
+        }
         Connection::new(tokio::io::stdin(), tokio::io::stdout(), config)
     }
 
