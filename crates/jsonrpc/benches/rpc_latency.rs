@@ -1,0 +1,555 @@
+//! JSON-RPC call round trip over a `memory()` pair and over OS pipes between two processes (p50/p99), and
+//! notifications per second; each against a baseline doing the same exchange by hand with serde_json lines.
+//!
+//! - `agentwire`: agentwire-jsonrpc `Connection` on both ends. Between processes, this binary spawns itself with
+//!   `--peer` through agentwire-process (the child runs `Connection::stdio()`), and the parent connects with
+//!   `Connection::from_frames` over the child's stdout frames and stdin.
+//! - `baseline`: in memory, a `tokio::io::duplex` with `read_line` + `serde_json::Value` per line; between processes,
+//!   the child is this binary with `--raw-peer` (blocking std stdin/stdout, `serde_json::Value` per line) and the
+//!   parent writes lines to the child's stdin and splits its stdout bytes by hand.
+//!
+//! Writes `rpc_latency.md` to `$AGENTWIRE_BENCH_OUT` (default `target/bench-results/`).
+//! `AGENTWIRE_BENCH_QUICK=1` runs fewer iterations. Run with `cargo bench -p agentwire-jsonrpc --bench rpc_latency`.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use agentwire_jsonrpc::{Config, Connection, DEFAULT_MAX_LINE_BYTES, IncomingMessage};
+use agentwire_process::{Child, Command, StdoutItem, StopPlan};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+struct Sizes {
+    warmup: usize,
+    calls: usize,
+    notifications: u64,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--raw-peer") {
+        return raw_peer();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build();
+    let Ok(runtime) = runtime else {
+        eprintln!("cannot start tokio");
+        return ExitCode::FAILURE;
+    };
+    if args.iter().any(|a| a == "--peer") {
+        runtime.block_on(peer());
+        return ExitCode::SUCCESS;
+    }
+    let quick = std::env::var_os("AGENTWIRE_BENCH_QUICK").is_some();
+    let sizes = if quick {
+        Sizes {
+            warmup: 100,
+            calls: 1_000,
+            notifications: 20_000,
+        }
+    } else {
+        Sizes {
+            warmup: 500,
+            calls: 10_000,
+            notifications: 100_000,
+        }
+    };
+    match runtime.block_on(measure(&sizes)) {
+        Ok(report) => {
+            print!("{report}");
+            let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
+                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
+                PathBuf::from,
+            );
+            let written = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(dir.join("rpc_latency.md"), report));
+            if let Err(error) = written {
+                eprintln!("cannot write rpc_latency.md in {}: {error}", dir.display());
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("rpc_latency failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn params() -> Value {
+    json!({"sessionId": "c18953ea-5ff9-4cb7-9e09", "n": 1, "ok": true})
+}
+
+struct Latency {
+    p50: Duration,
+    p99: Duration,
+}
+
+fn latency(mut samples: Vec<Duration>) -> Latency {
+    samples.sort_unstable();
+    let at = |q: f64| {
+        samples
+            .get(((samples.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+/// Runs `round_trip` `warmup` times, then `calls` times timing each.
+async fn sample<F, Fut>(sizes: &Sizes, mut round_trip: F) -> Result<Latency, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    for _ in 0..sizes.warmup {
+        round_trip().await?;
+    }
+    let mut samples = Vec::with_capacity(sizes.calls);
+    for _ in 0..sizes.calls {
+        let start = Instant::now();
+        round_trip().await?;
+        samples.push(start.elapsed());
+    }
+    Ok(latency(samples))
+}
+
+async fn measure(sizes: &Sizes) -> Result<String, String> {
+    // ---- memory ----
+    let ((client, _client_in), (server, server_in)) = Connection::memory(Config::default());
+    let counted = Arc::new(AtomicU64::new(0));
+    tokio::spawn(serve(server.clone(), server_in, counted.clone()));
+    let memory_agentwire = sample(sizes, || async {
+        client
+            .call("echo", Some(params()))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    let memory_agentwire_rate = notification_rate(sizes.notifications, &client, &counted).await?;
+
+    let raw = RawMemory::start();
+    let raw = tokio::sync::Mutex::new(raw);
+    let memory_baseline =
+        sample(sizes, || async { raw.lock().await.call(&params()).await }).await?;
+    let memory_baseline_rate = raw_memory_notification_rate(sizes.notifications).await?;
+
+    // ---- two processes, OS pipes ----
+    let (child, connection) = spawn_agentwire_peer()?;
+    let pipes_agentwire = sample(sizes, || async {
+        connection
+            .call("echo", Some(params()))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    let start = Instant::now();
+    for seq in 0..sizes.notifications {
+        connection
+            .notify("bench/notify", Some(json!({"seq": seq})))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let count = connection
+        .call("count", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pipes_agentwire_rate = rate(sizes.notifications, start.elapsed());
+    if count != json!(sizes.notifications) {
+        return Err(format!(
+            "peer counted {count} notifications, sent {}",
+            sizes.notifications
+        ));
+    }
+    connection.close().await;
+    stop(child).await;
+
+    let mut raw_pipes = RawPipes::spawn()?;
+    let pipes_baseline = {
+        let raw_pipes = tokio::sync::Mutex::new(&mut raw_pipes);
+        sample(sizes, || async {
+            raw_pipes.lock().await.call(&params()).await
+        })
+        .await?
+    };
+    let pipes_baseline_rate = raw_pipes.notification_rate(sizes.notifications).await?;
+    stop(raw_pipes.child).await;
+
+    let mut out = String::new();
+    out.push_str("## rpc_latency\n\n");
+    out.push_str(&format!(
+        "JSON-RPC call round trip (one call in flight, {} calls after {} warm-up, small params) and one-way \
+         notifications per second ({} notifications). `agentwire` is agentwire-jsonrpc's `Connection` on both ends; \
+         `baseline` exchanges the same JSON by hand (serde_json `Value` per line, no id tracking, no validation). \
+         Between processes the peer is this bench binary spawned through agentwire-process. \
+         Ratio = baseline / agentwire for latency and agentwire / baseline for throughput: above 1 means agentwire is faster.\n\n",
+        sizes.calls, sizes.warmup, sizes.notifications
+    ));
+    out.push_str("| transport | agentwire p50 | agentwire p99 | baseline p50 | baseline p99 | ratio p50 | ratio p99 |\n");
+    out.push_str("|---|---|---|---|---|---|---|\n");
+    for (name, ours, theirs) in [
+        ("memory()", &memory_agentwire, &memory_baseline),
+        ("OS pipes, two processes", &pipes_agentwire, &pipes_baseline),
+    ] {
+        out.push_str(&format!(
+            "| {name} | {} | {} | {} | {} | {:.2} | {:.2} |\n",
+            micros(ours.p50),
+            micros(ours.p99),
+            micros(theirs.p50),
+            micros(theirs.p99),
+            theirs.p50.as_secs_f64() / ours.p50.as_secs_f64(),
+            theirs.p99.as_secs_f64() / ours.p99.as_secs_f64(),
+        ));
+    }
+    out.push_str("\n| transport | agentwire notifications/s | baseline notifications/s | ratio |\n|---|---|---|---|\n");
+    for (name, ours, theirs) in [
+        ("memory()", memory_agentwire_rate, memory_baseline_rate),
+        (
+            "OS pipes, two processes",
+            pipes_agentwire_rate,
+            pipes_baseline_rate,
+        ),
+    ] {
+        out.push_str(&format!(
+            "| {name} | {ours:.0} | {theirs:.0} | {:.2} |\n",
+            ours / theirs
+        ));
+    }
+    Ok(out)
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn rate(count: u64, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+async fn stop(child: Child) {
+    child.stdin().close().await;
+    child.stop(StopPlan::default()).await;
+}
+
+/// Answers `echo` with its params and `count` with the number of notifications seen; counts notifications.
+async fn serve(
+    connection: Connection,
+    mut incoming: agentwire_jsonrpc::Incoming,
+    counted: Arc<AtomicU64>,
+) {
+    let _keep = connection;
+    while let Some(message) = incoming.next().await {
+        match message {
+            IncomingMessage::Notification(_) => {
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+            IncomingMessage::Request(mut request) => {
+                let result = match request.method.as_str() {
+                    "count" => json!(counted.load(Ordering::Relaxed)),
+                    _ => request.params.take().unwrap_or(Value::Null),
+                };
+                if request.respond(Ok(result)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sends `count` notifications, then a `count` call that the peer answers after reading them all.
+async fn notification_rate(
+    count: u64,
+    client: &Connection,
+    counted: &AtomicU64,
+) -> Result<f64, String> {
+    counted.store(0, Ordering::Relaxed);
+    let start = Instant::now();
+    for seq in 0..count {
+        client
+            .notify("bench/notify", Some(json!({"seq": seq})))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let seen = client
+        .call("count", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let elapsed = start.elapsed();
+    if seen != json!(count) {
+        return Err(format!("peer counted {seen}, sent {count}"));
+    }
+    Ok(rate(count, elapsed))
+}
+
+/// The agentwire peer process: `Connection::stdio()` serving `echo` and `count`.
+async fn peer() {
+    let (connection, incoming) = Connection::stdio(Config::default());
+    serve(connection.clone(), incoming, Arc::new(AtomicU64::new(0))).await;
+    connection.close().await;
+}
+
+fn spawn_agentwire_peer() -> Result<(Child, Connection), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let limits = agentwire_jsonl::Limits {
+        max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        ..Default::default()
+    };
+    let mut child = Command::new(exe)
+        .arg("--peer")
+        .stdout_jsonl(limits)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let stdin = child.stdin();
+    let frames = child
+        .take_stdout()
+        .ok_or("stdout taken")?
+        .filter_map(|item| async move {
+            match item {
+                StdoutItem::Frame(frame) => Some(frame),
+                _ => None,
+            }
+        });
+    let write = move |lines: Vec<u8>| {
+        let stdin = stdin.clone();
+        async move { stdin.write_all(&lines).await.map_err(std::io::Error::other) }
+    };
+    let (connection, _incoming) = Connection::from_frames(frames, write, Config::default());
+    Ok((child, connection))
+}
+
+// ---- baselines ----
+
+fn raw_request(id: u64, method: &str, params: Option<&Value>) -> Vec<u8> {
+    let mut request = json!({"jsonrpc": "2.0", "id": id, "method": method});
+    if let Some(params) = params {
+        request["params"] = params.clone();
+    }
+    let mut out = serde_json::to_vec(&request).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+fn raw_answer(request: &mut Value, counted: &mut u64) -> Option<Vec<u8>> {
+    let result = match request["method"].as_str() {
+        Some("count") => json!(*counted),
+        _ if request.get("id").is_none() => {
+            *counted += 1;
+            return None;
+        }
+        _ => request["params"].take(),
+    };
+    let mut out = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": request["id"].take(), "result": result}),
+    )
+    .unwrap_or_default();
+    out.push(b'\n');
+    Some(out)
+}
+
+/// The baseline in memory: raw lines over a duplex with a peer task.
+struct RawMemory {
+    reader: BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    writer: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    next_id: u64,
+    line: String,
+}
+
+impl RawMemory {
+    fn start() -> RawMemory {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let (a_read, a_write) = tokio::io::split(a);
+        let (b_read, mut b_write) = tokio::io::split(b);
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(b_read);
+            let mut line = String::new();
+            let mut counted = 0;
+            loop {
+                line.clear();
+                if !matches!(reader.read_line(&mut line).await, Ok(n) if n > 0) {
+                    return;
+                }
+                let Ok(mut request) = serde_json::from_str::<Value>(&line) else {
+                    return;
+                };
+                if let Some(out) = raw_answer(&mut request, &mut counted)
+                    && b_write.write_all(&out).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+        RawMemory {
+            reader: BufReader::new(a_read),
+            writer: a_write,
+            next_id: 0,
+            line: String::new(),
+        }
+    }
+
+    async fn call(&mut self, params: &Value) -> Result<(), String> {
+        self.next_id += 1;
+        let out = raw_request(self.next_id, "echo", Some(params));
+        self.writer
+            .write_all(&out)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.line.clear();
+        self.reader
+            .read_line(&mut self.line)
+            .await
+            .map_err(|e| e.to_string())?;
+        let response: Value = serde_json::from_str(&self.line).map_err(|e| e.to_string())?;
+        if response["id"] != json!(self.next_id) {
+            return Err(format!("unexpected response {response}"));
+        }
+        Ok(())
+    }
+}
+
+/// Baseline notifications/s in memory: a writer task writes lines, a reader task parses each into a `Value`.
+async fn raw_memory_notification_rate(count: u64) -> Result<f64, String> {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let reader = tokio::spawn(async move {
+        let mut reader = BufReader::new(b);
+        let mut line = String::new();
+        for _ in 0..count {
+            line.clear();
+            reader
+                .read_line(&mut line)
+                .await
+                .map_err(|e| e.to_string())?;
+            let value: Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            std::hint::black_box(value);
+        }
+        Ok::<_, String>(())
+    });
+    let start = Instant::now();
+    let mut writer = a;
+    for seq in 0..count {
+        let mut out = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "method": "bench/notify", "params": {"seq": seq}}),
+        )
+        .map_err(|e| e.to_string())?;
+        out.push(b'\n');
+        writer.write_all(&out).await.map_err(|e| e.to_string())?;
+    }
+    reader.await.map_err(|e| e.to_string())??;
+    Ok(rate(count, start.elapsed()))
+}
+
+/// The baseline between processes: raw lines to the child's stdin, its stdout bytes split by hand.
+struct RawPipes {
+    child: Child,
+    stdout: agentwire_process::Stdout,
+    pending: Vec<u8>,
+    next_id: u64,
+}
+
+impl RawPipes {
+    fn spawn() -> Result<RawPipes, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .arg("--raw-peer")
+            .stdout_bytes()
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdout = child.take_stdout().ok_or("stdout taken")?;
+        Ok(RawPipes {
+            child,
+            stdout,
+            pending: Vec::new(),
+            next_id: 0,
+        })
+    }
+
+    async fn read_line(&mut self) -> Result<Value, String> {
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return serde_json::from_slice(&line).map_err(|e| e.to_string());
+            }
+            match self.stdout.next().await {
+                Some(StdoutItem::Bytes(bytes)) => self.pending.extend_from_slice(&bytes),
+                Some(_) => {}
+                None => return Err("raw peer closed its stdout".to_owned()),
+            }
+        }
+    }
+
+    async fn call_method(&mut self, method: &str, params: Option<&Value>) -> Result<Value, String> {
+        self.next_id += 1;
+        let out = raw_request(self.next_id, method, params);
+        self.child
+            .stdin()
+            .write_all(&out)
+            .await
+            .map_err(|e| e.to_string())?;
+        let response = self.read_line().await?;
+        if response["id"] != json!(self.next_id) {
+            return Err(format!("unexpected response {response}"));
+        }
+        Ok(response)
+    }
+
+    async fn call(&mut self, params: &Value) -> Result<(), String> {
+        self.call_method("echo", Some(params)).await.map(drop)
+    }
+
+    async fn notification_rate(&mut self, count: u64) -> Result<f64, String> {
+        let stdin = self.child.stdin();
+        let start = Instant::now();
+        for seq in 0..count {
+            let mut out = serde_json::to_vec(
+                &json!({"jsonrpc": "2.0", "method": "bench/notify", "params": {"seq": seq}}),
+            )
+            .map_err(|e| e.to_string())?;
+            out.push(b'\n');
+            stdin.write_all(&out).await.map_err(|e| e.to_string())?;
+        }
+        let response = self.call_method("count", None).await?;
+        let elapsed = start.elapsed();
+        if response["result"] != json!(count) {
+            return Err(format!(
+                "raw peer counted {}, sent {count}",
+                response["result"]
+            ));
+        }
+        Ok(rate(count, elapsed))
+    }
+}
+
+/// The baseline peer process: blocking std stdin/stdout, one `serde_json::Value` per line.
+fn raw_peer() -> ExitCode {
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut counted = 0;
+    for line in stdin.lines() {
+        let Ok(line) = line else {
+            return ExitCode::FAILURE;
+        };
+        let Ok(mut request) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if let Some(out) = raw_answer(&mut request, &mut counted)
+            && stdout
+                .write_all(&out)
+                .and_then(|()| stdout.flush())
+                .is_err()
+        {
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
