@@ -321,8 +321,11 @@ impl Shared {
 ///
 /// - The child is the leader of its own process group; signals of the stop ladder go to the whole group.
 /// - [`Child::wait`] resolves at the direct child's exit, never at pipe close.
-/// - Dropping a `Child` without a completed [`Child::stop`] sends SIGKILL to its whole process group (grandchildren
-///   included) and to the direct child. [`ChildHandle`]s do not keep the process alive.
+/// - Dropping a `Child` sends SIGKILL to the direct child and to its whole process group (grandchildren
+///   included), unless the group was already killed (by a stop, or at the end of the drain window with
+///   [`ChildConfig::kill_orphans_after_drain`]). [`ChildHandle`]s do not keep the process alive.
+/// - Until stdout is taken with [`Child::take_stdout`], its items queue up to
+///   [`ChildConfig::stdout_queue_items`] and then the child blocks writing; take it and drop it to discard output.
 #[derive(Debug)]
 pub struct Child {
     handle: ChildHandle,

@@ -99,8 +99,10 @@ pub struct Command {
 impl Command {
     /// A command running `program` with no arguments, the parent's working directory and an **empty** environment.
     ///
-    /// `program` is looked up in the child's `PATH` (as set on this command) when it contains no path separator,
-    /// otherwise used as a path. It is never interpreted by a shell.
+    /// A `program` without a path separator is searched in the `PATH` set on this command, or in this process's
+    /// `PATH` when the command sets none (the child still does not get `PATH` unless it is set or inherited).
+    /// A program with a separator is used as a path (relative to [`Command::current_dir`] when that is set).
+    /// It is never interpreted by a shell.
     pub fn new(program: impl AsRef<OsStr>) -> Self {
         Self {
             program: program.as_ref().to_os_string(),

@@ -18,7 +18,10 @@
 //!   and arguments added with [`Command::arg_redacted`] as `***`; [`SpawnError`] messages name only the program.
 //! - **Own process group.** The child is spawned with `process_group(0)`: its pid is its group id, and its
 //!   descendants (MCP servers, `npx` children) share it unless they leave it with `setsid` — such escapees are out
-//!   of reach without cgroups. Dropping a [`Child`] that was not stopped sends SIGKILL to the whole group.
+//!   of reach without cgroups. Dropping a [`Child`] sends SIGKILL to the whole group, and by default whatever is
+//!   left of the group when the drain window after the exit ends is killed too
+//!   ([`ChildConfig::kill_orphans_after_drain`]), so no process of a run outlives it and the group id (the child's
+//!   pid) is retired before the OS can recycle it.
 //! - **Completion is the exit, never pipe close.** [`Child::wait`] resolves when the direct child exits. Stdout and
 //!   stderr are read until EOF or until exit + [`ChildConfig::drain_window`] (default 2 s), whichever comes first,
 //!   so a grandchild holding a pipe cannot hang anyone; output already in the pipe at the deadline is still
@@ -51,6 +54,8 @@
 //! println!("ended by {} with {}", outcome.ended_by.as_str(), outcome.status);
 //! # Ok(()) }
 //! ```
+
+#![warn(missing_docs)]
 
 mod child;
 mod command;
