@@ -137,6 +137,24 @@ pub struct Config {
 }
 
 impl Config {
+    /// Checks what clap cannot: the agent command splits into words, and a non-loopback listen address comes with
+    /// a token.
+    ///
+    /// # Errors
+    /// A message naming the variable at fault.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Err(error) = self.agent_argv() {
+            anyhow::bail!("AGENTCTL_AGENT_COMMAND: {error}");
+        }
+        if !self.listen_host.is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+            anyhow::bail!(
+                "AGENTCTL_TOKEN is required when AGENTCTL_LISTEN_HOST ({}) is not a loopback address",
+                self.listen_host
+            );
+        }
+        Ok(())
+    }
+
     /// The socket address to listen on.
     pub fn listen_addr(&self) -> SocketAddr {
         SocketAddr::new(self.listen_host, self.port)

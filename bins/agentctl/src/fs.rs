@@ -179,9 +179,12 @@ impl FsService {
         line: Option<u64>,
         limit: Option<u64>,
     ) -> Result<String, FsError> {
-        let given = absolute(path)?;
-        let canonical = given.canonicalize().map_err(|e| io_error(path, &e))?;
-        self.confine(path, &canonical)?;
+        let (canonical, missing) = self.resolve(path)?;
+        if !missing.is_empty() {
+            return Err(FsError::NotFound {
+                path: path.to_owned(),
+            });
+        }
         let file = std::fs::File::open(&canonical).map_err(|e| io_error(path, &e))?;
         let metadata = file.metadata().map_err(|e| io_error(path, &e))?;
         if !metadata.is_file() {
@@ -218,28 +221,7 @@ impl FsService {
     /// # Errors
     /// See [`FsError`].
     pub fn write(&self, path: &str, content: &str) -> Result<(), FsError> {
-        let given = absolute(path)?;
-        let mut existing = given.clone();
-        let mut missing: Vec<OsString> = Vec::new();
-        loop {
-            match std::fs::symlink_metadata(&existing) {
-                Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let (Some(name), Some(parent)) = (existing.file_name(), existing.parent())
-                    else {
-                        return Err(FsError::OutsideWorkdir {
-                            path: path.to_owned(),
-                        });
-                    };
-                    missing.push(name.to_owned());
-                    existing = parent.to_path_buf();
-                }
-                Err(e) => return Err(io_error(path, &e)),
-            }
-        }
-        // `existing` exists (maybe as a dangling symlink, which canonicalize reports as not found).
-        let canonical = existing.canonicalize().map_err(|e| io_error(path, &e))?;
-        self.confine(path, &canonical)?;
+        let (canonical, missing) = self.resolve(path)?;
         let target = match missing.split_first() {
             None => {
                 if !canonical.is_file() {
@@ -280,6 +262,34 @@ impl FsService {
         temp.persist(&target)
             .map_err(|e| io_error(path, &e.error))?;
         Ok(())
+    }
+
+    /// Canonicalizes the longest existing ancestor of `path` (symlinks followed) and checks it is under the root.
+    /// Returns it and the names below it that do not exist yet (innermost first); a path ending in `..` below
+    /// a missing directory is refused.
+    fn resolve(&self, path: &str) -> Result<(PathBuf, Vec<OsString>), FsError> {
+        let mut existing = absolute(path)?;
+        let mut missing: Vec<OsString> = Vec::new();
+        loop {
+            match std::fs::symlink_metadata(&existing) {
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let (Some(name), Some(parent)) = (existing.file_name(), existing.parent())
+                    else {
+                        return Err(FsError::OutsideWorkdir {
+                            path: path.to_owned(),
+                        });
+                    };
+                    missing.push(name.to_owned());
+                    existing = parent.to_path_buf();
+                }
+                Err(e) => return Err(io_error(path, &e)),
+            }
+        }
+        // `existing` exists, maybe as a dangling symlink, which canonicalize reports as not found.
+        let canonical = existing.canonicalize().map_err(|e| io_error(path, &e))?;
+        self.confine(path, &canonical)?;
+        Ok((canonical, missing))
     }
 
     fn confine(&self, path: &str, canonical: &Path) -> Result<(), FsError> {

@@ -71,13 +71,8 @@ impl App {
     /// # Errors
     /// An unsplittable agent command, a missing workdir, or a non-loopback listen address without a token.
     pub fn new(config: Config, port: u16) -> anyhow::Result<Arc<Self>> {
+        config.validate()?;
         let argv = config.agent_argv().context("AGENTCTL_AGENT_COMMAND")?;
-        if !config.listen_host.is_loopback() && config.token.as_deref().is_none_or(str::is_empty) {
-            anyhow::bail!(
-                "AGENTCTL_TOKEN is required when AGENTCTL_LISTEN_HOST ({}) is not a loopback address",
-                config.listen_host
-            );
-        }
         let workdir = match &config.workdir {
             Some(dir) => dir.clone(),
             None => std::env::current_dir().context("reading the current directory")?,

@@ -34,6 +34,7 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
+    config.validate()?;
     let addr = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -1,0 +1,892 @@
+//! agentctl end to end: the real binary on 127.0.0.1 port 0, real fixture agents, real HTTP and WebSocket.
+//!
+//! Build the fixture agents first: `cargo build -p agentwire-fixture-agents`.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Agentctl, Frame, Options, chunk_text, json_until, next_frame, next_json};
+
+/// Checks an error response: status and the `{"error","message","details","http_status"}` shape.
+fn check_error(got: (u16, Value), status: u16, code: &str) {
+    let (got_status, body) = got;
+    assert_eq!(got_status, status, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    assert_eq!(body["http_status"], status, "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(body.get("details").is_some(), "{body}");
+}
+
+#[tokio::test]
+async fn health_is_ok_and_errors_use_the_json_shape() {
+    let ctl = Agentctl::acp("echo").await;
+    let (status, body) = ctl.get("/health").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "ok");
+    assert!(
+        body["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{body}"
+    );
+    check_error(ctl.get("/no/such/route").await, 404, "not_found");
+    check_error(
+        ctl.post("/health", &json!({})).await,
+        405,
+        "method_not_allowed",
+    );
+    check_error(ctl.get("/api/v1/acp/stream").await, 400, "bad_request");
+    check_error(
+        ctl.get("/api/v1/output?last=many").await,
+        400,
+        "bad_request",
+    );
+    let (status, info) = ctl.get("/api/v1/info").await;
+    assert_eq!(status, 200);
+    assert_eq!(info["workdir"], json!(ctl.workdir()));
+    assert!(info["agent_argv"][1] == "--mode", "{info}");
+    let (status, body) = ctl.get("/api/v1/status").await;
+    assert_eq!((status, &body["agent_status"]), (200, &json!("stopped")));
+    // Calls, sends and stops need a running agent.
+    check_error(ctl.call("initialize", json!({})).await, 409, "conflict");
+    check_error(
+        ctl.post("/api/v1/acp/send", &json!({"method": "session/cancel"}))
+            .await,
+        409,
+        "conflict",
+    );
+    check_error(ctl.post("/api/v1/stop", &json!({})).await, 409, "conflict");
+    ctl.start_agent().await;
+    check_error(ctl.post("/api/v1/start", &json!({})).await, 409, "conflict");
+    // axum's own rejections come back in our shape.
+    check_error(
+        ctl.post_raw("/api/v1/acp/call", "{not json").await,
+        400,
+        "bad_request",
+    );
+    check_error(
+        ctl.post("/api/v1/acp/call", &json!({"params": {}})).await,
+        400,
+        "validation_error",
+    );
+    check_error(
+        ctl.post("/api/v1/acp/call", &json!({"method": 5})).await,
+        400,
+        "validation_error",
+    );
+    check_error(
+        ctl.post("/api/v1/acp/call", &json!({"method": "x", "timeout_ms": 0}))
+            .await,
+        400,
+        "validation_error",
+    );
+    check_error(
+        ctl.post("/api/v1/acp/send", &json!({"params": {}})).await,
+        400,
+        "validation_error",
+    );
+    check_error(
+        ctl.post(
+            "/api/v1/acp/send",
+            &json!({"id": "agentctl-1", "method": "x"}),
+        )
+        .await,
+        400,
+        "validation_error",
+    );
+    check_error(
+        ctl.post("/api/v1/acp/send", &json!({"id": 99, "result": {}}))
+            .await,
+        409,
+        "conflict",
+    );
+    check_error(
+        ctl.post("/api/v1/stop", &json!({"force": "yes"})).await,
+        400,
+        "validation_error",
+    );
+}
+
+#[tokio::test]
+async fn the_token_guards_every_route_but_health() {
+    let ctl =
+        Agentctl::start(Options::agent(support::acp_fixture("echo")).token("correct horse")).await;
+    let anonymous = reqwest::Client::new();
+    let health = anonymous
+        .get(format!("{}/health", ctl.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    for path in [
+        "/api/v1/status",
+        "/api/v1/info",
+        "/api/v1/output",
+        "/no/such/route",
+    ] {
+        let response = anonymous
+            .get(format!("{}{path}", ctl.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "{path} without a token");
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "unauthorized");
+        let wrong = anonymous
+            .get(format!("{}{path}", ctl.base))
+            .bearer_auth("correct horsf")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401, "{path} with a wrong token");
+    }
+    let start = anonymous
+        .post(format!("{}/api/v1/start", ctl.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(start.status(), 401);
+    let ws = tokio_tungstenite::connect_async(format!("ws://{}/api/v1/acp/stream", ctl.addr)).await;
+    assert!(ws.is_err(), "websocket without a token is refused");
+    // With the token everything works, the WebSocket included.
+    assert_eq!(ctl.status().await["agent_status"], "stopped");
+    ctl.start_agent().await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let frame = next_json(&mut ws).await;
+    assert_eq!(frame["id"], "agentctl-1");
+}
+
+#[tokio::test]
+async fn calls_round_trip_and_the_stream_relays_every_agent_message_verbatim() {
+    let ctl = Agentctl::acp("echo").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    let started = ctl.start_agent().await;
+    assert_eq!(started["agent_status"], "running");
+    assert!(started["pid"].as_u64().is_some());
+    let init = ctl
+        .call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    assert_eq!(init["protocolVersion"], 1);
+    let frame = next_json(&mut ws).await;
+    assert_eq!(
+        (frame["id"].clone(), frame["result"].clone()),
+        (json!("agentctl-1"), init)
+    );
+    let session = ctl
+        .call_ok(
+            "session/new",
+            json!({"cwd": ctl.workdir(), "mcpServers": []}),
+        )
+        .await;
+    let session = session["sessionId"].as_str().unwrap().to_owned();
+    let result = ctl
+        .call_ok(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hello agent"}]}),
+        )
+        .await;
+    assert_eq!(result, json!({"stopReason": "end_turn"}));
+    let update = json_until(&mut ws, |v| v["method"] == "session/update").await;
+    assert_eq!(chunk_text(&update), Some("hello agent"));
+    assert_eq!(update["params"]["sessionId"], session);
+    let response = next_json(&mut ws).await;
+    assert_eq!(
+        response["id"], "agentctl-3",
+        "the prompt response follows its update, in order"
+    );
+    // Agent errors come back as `{"error":…}` with status 200, exactly as sent.
+    let (status, body) = ctl.call("no/such/method", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    let status = ctl.status().await;
+    assert_eq!(
+        (
+            status["pending_calls"].clone(),
+            status["subscribers"].clone()
+        ),
+        (json!(0), json!(1))
+    );
+}
+
+#[tokio::test]
+async fn a_permission_request_is_answered_by_a_subscriber_through_send() {
+    let ctl = Agentctl::acp("tools").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let prompt = {
+        let base = ctl.base.clone();
+        let body = json!({"method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}});
+        tokio::spawn(async move {
+            let response = reqwest::Client::new()
+                .post(format!("{base}/api/v1/acp/call"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.json::<Value>().await.unwrap(),
+            )
+        })
+    };
+    let ask = json_until(&mut ws, |v| v["method"] == "session/request_permission").await;
+    assert_eq!(ask["params"]["sessionId"], session);
+    let answer = json!({"id": ask["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}});
+    let (status, body) = ctl.post("/api/v1/acp/send", &answer).await;
+    assert_eq!((status, body), (200, json!({"status": "sent"})));
+    let update = json_until(&mut ws, |v| {
+        v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+    })
+    .await;
+    assert_eq!(
+        update["params"]["update"]["status"], "completed",
+        "{update}"
+    );
+    assert_eq!(
+        update["params"]["update"]["content"][0]["content"]["text"],
+        "selected allow"
+    );
+    let (status, body) = prompt.await.unwrap();
+    assert_eq!(
+        (status, body),
+        (200, json!({"result": {"stopReason": "end_turn"}}))
+    );
+    // The same answer again is refused: the agent never gets two answers.
+    let (status, _) = ctl.post("/api/v1/acp/send", &answer).await;
+    assert_eq!(status, 409);
+}
+
+#[tokio::test]
+async fn a_permission_request_fails_closed_without_subscribers() {
+    let ctl = Agentctl::acp("tools").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let result = ctl
+        .call_ok(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+        )
+        .await;
+    assert_eq!(result["stopReason"], "end_turn");
+    let status = ctl.status().await;
+    assert_eq!(status["fail_closed_requests"], 1, "{status}");
+    assert_eq!(status["pending_agent_requests"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn auto_approve_answers_the_first_allow_option() {
+    let options = Options::agent(support::acp_fixture("tools"))
+        .env("AGENTCTL_AUTO_APPROVE_PERMISSIONS", "true");
+    let ctl = Agentctl::start(options).await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+    )
+    .await;
+    let update = json_until(&mut ws, |v| {
+        assert_ne!(
+            v["method"], "session/request_permission",
+            "auto-approved requests are not relayed"
+        );
+        v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+    })
+    .await;
+    assert_eq!(
+        update["params"]["update"]["content"][0]["content"]["text"],
+        "selected allow"
+    );
+    assert_eq!(ctl.status().await["auto_approved_permissions"], 1);
+}
+
+#[tokio::test]
+async fn an_unanswered_agent_request_fails_closed_at_the_timeout() {
+    let options = Options::agent(support::acp_fixture("tools"))
+        .env("AGENTCTL_AGENT_REQUEST_TIMEOUT_MS", "200");
+    let ctl = Agentctl::start(options).await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    // The subscriber sees the request but never answers.
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}),
+    )
+    .await;
+    json_until(&mut ws, |v| v["method"] == "session/request_permission").await;
+    let update = json_until(&mut ws, |v| {
+        v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+    })
+    .await;
+    assert_eq!(
+        update["params"]["update"]["content"][0]["content"]["text"],
+        "cancelled"
+    );
+}
+
+#[tokio::test]
+async fn cancel_through_send_ends_the_prompt_as_cancelled() {
+    let ctl = Agentctl::acp("wait-cancel").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let prompt = {
+        let base = ctl.base.clone();
+        let body = json!({"method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}});
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/api/v1/acp/call"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    json_until(&mut ws, |v| chunk_text(v) == Some("waiting for cancel")).await;
+    let (status, _) = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"method": "session/cancel", "params": {"sessionId": session}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        prompt.await.unwrap(),
+        json!({"result": {"stopReason": "cancelled"}})
+    );
+}
+
+#[tokio::test]
+async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
+    let ctl = Agentctl::acp("wait-cancel").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let body = json!({"method": "session/prompt", "timeout_ms": 300,
+                      "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}});
+    let (status, error) = ctl.post("/api/v1/acp/call", &body).await;
+    check_error((status, error.clone()), 504, "timeout");
+    assert_eq!(error["details"]["id"], "agentctl-3");
+    assert_eq!(ctl.status().await["pending_calls"], 0);
+    ctl.post(
+        "/api/v1/acp/send",
+        &json!({"method": "session/cancel", "params": {"sessionId": session}}),
+    )
+    .await;
+    json_until(&mut ws, |v| chunk_text(v) == Some("saw cancel")).await;
+    let status = ctl
+        .wait_status("late response counted", |s| s["late_responses"] == 1)
+        .await;
+    assert_eq!(status["pending_calls"], 0);
+    // The late response never reached the stream: the next frame is the next call's response.
+    ctl.call_ok(
+        "session/new",
+        json!({"cwd": ctl.workdir(), "mcpServers": []}),
+    )
+    .await;
+    let next = next_json(&mut ws).await;
+    assert_eq!(next["id"], "agentctl-4", "{next}");
+}
+
+#[tokio::test]
+async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
+    let ctl = Agentctl::acp("exit-mid-prompt").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let (status, body) = ctl
+        .call(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "x"}]}),
+        )
+        .await;
+    check_error((status, body), 502, "agent_exited");
+    let status = ctl.status().await;
+    assert_eq!(
+        (status["agent_status"].clone(), status["exit_code"].clone()),
+        (json!("exited"), json!(3)),
+        "{status}"
+    );
+    let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
+    assert_eq!(
+        last["params"],
+        json!({"agent_status": "exited", "exit_code": 3, "exit_signal": null})
+    );
+    match next_frame(&mut ws).await {
+        Frame::Close(code, reason) => assert_eq!((code, reason.as_str()), (1000, "agent exited")),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    check_error(ctl.call("session/new", json!({})).await, 409, "conflict");
+    // It can be started again.
+    assert_eq!(ctl.start_agent().await["agent_status"], "running");
+}
+
+#[tokio::test]
+async fn stop_runs_the_ladder_and_the_agent_can_start_again() {
+    let ctl = Agentctl::acp("echo").await;
+    ctl.start_agent().await;
+    let (status, body) = ctl.post("/api/v1/stop", &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["agent_status"], "exited");
+    assert_eq!(
+        body["ended_by"], "stdin_closed",
+        "the fixture exits at stdin EOF"
+    );
+    assert_eq!(body["exit_code"], 0);
+    check_error(ctl.post("/api/v1/stop", &json!({})).await, 409, "conflict");
+    ctl.start_agent().await;
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let (status, body) = ctl.post_raw("/api/v1/stop", r#"{"force":true}"#).await;
+    assert_eq!(
+        (status, &body["agent_status"]),
+        (200, &json!("exited")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn fs_requests_are_served_inside_the_workdir_only() {
+    let ctl = Agentctl::acp("fs").await;
+    let workdir = ctl.workdir();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(workdir.join("notes.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), workdir.join("sneaky")).unwrap();
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let mut ask = async |text: String| -> String {
+        ctl.call_ok(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+        )
+        .await;
+        let update = json_until(&mut ws, |v| chunk_text(v).is_some()).await;
+        chunk_text(&update).unwrap().to_owned()
+    };
+    assert_eq!(
+        ask(format!("read {}", workdir.join("notes.txt").display())).await,
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(
+        ask(format!("read {} 2 1", workdir.join("notes.txt").display())).await,
+        "two\n"
+    );
+    assert_eq!(
+        ask(format!(
+            "write {} hello world",
+            workdir.join("new/dir/out.txt").display()
+        ))
+        .await,
+        "written"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.join("new/dir/out.txt")).unwrap(),
+        "hello world"
+    );
+    for escape in [
+        outside.path().join("secret.txt"),
+        workdir.join("sneaky"),
+        workdir.join("../escape.txt"),
+    ] {
+        let read = ask(format!("read {}", escape.display())).await;
+        assert!(
+            read.starts_with("error -32602"),
+            "read {}: {read}",
+            escape.display()
+        );
+        let write = ask(format!("write {} pwned", escape.display())).await;
+        assert!(
+            write.starts_with("error -32602"),
+            "write {}: {write}",
+            escape.display()
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "secret"
+    );
+    assert!(!workdir.parent().unwrap().join("escape.txt").exists());
+    let missing = ask(format!("read {}", workdir.join("missing.txt").display())).await;
+    assert!(missing.starts_with("error -32002"), "{missing}");
+    assert_eq!(ctl.status().await["fs_requests_served"], 10);
+}
+
+#[tokio::test]
+async fn fs_requests_are_relayed_when_the_client_did_not_advertise_fs() {
+    let ctl = Agentctl::acp("fs").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let session = ctl
+        .call_ok(
+            "session/new",
+            json!({"cwd": ctl.workdir(), "mcpServers": []}),
+        )
+        .await["sessionId"]
+        .clone();
+    let path = ctl.workdir().join("x.txt");
+    let prompt = {
+        let base = ctl.base.clone();
+        let body = json!({"method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": format!("read {}", path.display())}]}});
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/api/v1/acp/call"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let request = json_until(&mut ws, |v| v["method"] == "fs/read_text_file").await;
+    let answer = json!({"id": request["id"], "result": {"content": "from the subscriber"}});
+    assert_eq!(ctl.post("/api/v1/acp/send", &answer).await.0, 200);
+    let update = json_until(&mut ws, |v| chunk_text(v).is_some()).await;
+    assert_eq!(chunk_text(&update), Some("from the subscriber"));
+    assert_eq!(prompt.await.unwrap(), 200);
+}
+
+#[tokio::test]
+async fn a_20_mb_update_passes_through_the_stream() {
+    let ctl = Agentctl::acp("huge-update").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "dump"}]}),
+    )
+    .await;
+    let update = json_until(&mut ws, |v| {
+        v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+    })
+    .await;
+    let text = update["params"]["update"]["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert_eq!(text.len(), 20_000_000);
+}
+
+#[tokio::test]
+async fn a_20_mb_call_passes_through_to_the_agent_and_back() {
+    let ctl = Agentctl::acp("echo").await;
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    let big = "y".repeat(20_000_000);
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": big}]}),
+    )
+    .await;
+    let update = json_until(&mut ws, |v| chunk_text(v).is_some()).await;
+    assert_eq!(chunk_text(&update).map(str::len), Some(20_000_000));
+}
+
+#[tokio::test]
+async fn a_body_over_the_message_limit_gets_413() {
+    let options =
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_MESSAGE_BYTES", "1000");
+    let ctl = Agentctl::start(options).await;
+    ctl.start_agent().await;
+    let body = |len: usize| format!(r#"{{"method":"x","params":"{}"}}"#, "a".repeat(len - 26));
+    assert_eq!(body(1000).len(), 1000);
+    let (status, answer) = ctl.post_raw("/api/v1/acp/call", body(1000)).await;
+    assert_eq!(status, 200, "exactly at the limit: {answer}");
+    let over = body(1001);
+    check_error(
+        ctl.post_raw("/api/v1/acp/call", over).await,
+        413,
+        "payload_too_large",
+    );
+}
+
+#[tokio::test]
+async fn non_json_stdout_goes_to_the_output_buffer_not_the_stream() {
+    let ctl = Agentctl::acp("banner").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    let first = next_json(&mut ws).await;
+    assert_eq!(
+        first["id"], "agentctl-1",
+        "the banner is not relayed: {first}"
+    );
+    let (status, output) = ctl.get("/api/v1/output").await;
+    assert_eq!(status, 200);
+    let lines = output["lines"].as_array().unwrap();
+    let banner = lines
+        .iter()
+        .find(|l| l["stream"] == "stdout")
+        .unwrap_or_else(|| panic!("{output}"));
+    assert!(!banner["content"].as_str().unwrap().is_empty());
+    assert!(banner["timestamp"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(ctl.status().await["non_rpc_messages"], 0);
+}
+
+/// A shell agent that logs every stdin line to stderr (`sh -c` is allowed in tests).
+fn stderr_echo_agent() -> String {
+    r#"sh -c 'echo "booting" >&2; while read -r line; do echo "got $line" >&2; done'"#.to_owned()
+}
+
+#[tokio::test]
+async fn output_and_output_stream_serve_history_then_live_stderr() {
+    let options = Options::agent(stderr_echo_agent()).env("AGENTCTL_OUTPUT_BUFFER_SIZE", "3");
+    let ctl = Agentctl::start(options).await;
+    let mut live = ctl.ws("/api/v1/output/stream").await;
+    ctl.start_agent().await;
+    let first: Value = support::next_json(&mut live).await;
+    assert_eq!(
+        (first["stream"].clone(), first["content"].clone()),
+        (json!("stderr"), json!("booting"))
+    );
+    for n in 1..=3 {
+        ctl.post(
+            "/api/v1/acp/send",
+            &json!({"method": "note", "params": {"n": n}}),
+        )
+        .await;
+        let line = next_json(&mut live).await;
+        assert_eq!(
+            line["content"],
+            format!(r#"got {{"jsonrpc":"2.0","method":"note","params":{{"n":{n}}}}}"#)
+        );
+    }
+    // The buffer keeps the last 3 of 4 lines.
+    let (_, output) = ctl.get("/api/v1/output").await;
+    assert_eq!(
+        (output["total"].clone(), output["dropped"].clone()),
+        (json!(3), json!(1)),
+        "{output}"
+    );
+    assert!(
+        output["lines"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":1"#)
+    );
+    let (_, last) = ctl.get("/api/v1/output?last=1").await;
+    assert_eq!(last["lines"].as_array().unwrap().len(), 1);
+    assert!(
+        last["lines"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":3"#)
+    );
+    let mut replay = ctl
+        .ws("/api/v1/output/stream?history=true&history_count=2")
+        .await;
+    assert!(
+        next_json(&mut replay).await["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":2"#)
+    );
+    assert!(
+        next_json(&mut replay).await["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":3"#)
+    );
+    ctl.post(
+        "/api/v1/acp/send",
+        &json!({"method": "note", "params": {"n": 4}}),
+    )
+    .await;
+    assert!(
+        next_json(&mut replay).await["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":4"#)
+    );
+    assert!(
+        next_json(&mut live).await["content"]
+            .as_str()
+            .unwrap()
+            .contains(r#""n":4"#)
+    );
+}
+
+/// A shell agent that floods `count` notifications of ~1 KiB after its first request, then answers it
+/// (`sh -c` is allowed in tests; agentctl itself never runs a shell).
+fn flood_agent(count: u32) -> String {
+    let pad = "x".repeat(1000);
+    let note =
+        format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"pad":"{pad}"}}}}"#);
+    let answer = r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{"flooded":true}}"#;
+    let script =
+        format!("read -r line; yes '{note}' | head -n {count}; echo '{answer}'; cat >/dev/null");
+    format!(
+        "sh -c {}",
+        shlex::try_quote(&script).expect("quotable script")
+    )
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_is_dropped_with_a_reason_and_never_blocks_the_agent() {
+    let options = Options::agent(flood_agent(20_000)).env("AGENTCTL_SUBSCRIBER_QUEUE", "16");
+    let ctl = Agentctl::start(options).await;
+    let mut slow = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    // 20 MB of notifications: far more than the slow subscriber's queue and socket buffers hold.
+    let result = ctl.call_ok("flood", json!({})).await;
+    assert_eq!(result, json!({"flooded": true}));
+    let status = ctl.status().await;
+    assert_eq!(
+        (
+            status["subscribers"].clone(),
+            status["dropped_subscribers"].clone()
+        ),
+        (json!(0), json!(1)),
+        "{status}"
+    );
+    let mut received = 0;
+    let close = loop {
+        match next_frame(&mut slow).await {
+            Frame::Text(_) => received += 1,
+            Frame::Close(code, reason) => break (code, reason),
+            Frame::End => {
+                panic!("the socket ended without a close frame after {received} messages")
+            }
+        }
+    };
+    assert_eq!(close.0, 1008);
+    assert!(close.1.contains("slow subscriber"), "{close:?}");
+    assert!(received < 20_000, "{received}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_agent_closes_sockets_and_exits_zero() {
+    let ctl = Agentctl::acp("echo").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    let mut output = ctl.ws("/api/v1/output/stream").await;
+    ctl.start_agent().await;
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    next_json(&mut ws).await;
+    let outcome = ctl.terminate().await;
+    assert_eq!(outcome.ended_by.as_str(), "sigterm");
+    assert_eq!(
+        outcome.status.code,
+        Some(0),
+        "{}",
+        ctl.child.stderr_tail().tail_lossy()
+    );
+    let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
+    assert_eq!(last["params"]["agent_status"], "exited");
+    assert!(matches!(next_frame(&mut ws).await, Frame::Close(1000, _)));
+    assert!(matches!(
+        next_frame(&mut output).await,
+        Frame::Close(1001, _)
+    ));
+}
+
+#[tokio::test]
+async fn subscribers_are_bounded() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_SUBSCRIBERS", "1"),
+    )
+    .await;
+    let _first = ctl.ws("/api/v1/acp/stream").await;
+    let second =
+        tokio_tungstenite::connect_async(format!("ws://{}/api/v1/acp/stream", ctl.addr)).await;
+    match second {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503)
+        }
+        other => panic!("expected 503, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn auto_start_starts_the_agent_at_boot() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_AUTO_START", "true"),
+    )
+    .await;
+    assert_eq!(ctl.status().await["agent_status"], "running");
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+}
+
+#[tokio::test]
+async fn a_failing_spawn_is_reported_as_error() {
+    let ctl = Agentctl::start(Options::agent("/nonexistent/agent --acp")).await;
+    check_error(
+        ctl.post("/api/v1/start", &json!({})).await,
+        500,
+        "internal_error",
+    );
+    let status = ctl.status().await;
+    assert_eq!(status["agent_status"], "error");
+    assert!(
+        status["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nonexistent/agent")),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn help_lists_every_variable() {
+    let mut child = agentwire_process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .arg("--help")
+        .spawn()
+        .unwrap();
+    let mut stdout = child.take_stdout().unwrap();
+    let mut text = Vec::new();
+    while let Some(agentwire_process::StdoutItem::Bytes(bytes)) = stdout.next().await {
+        text.extend_from_slice(&bytes);
+    }
+    assert!(child.wait().await.success());
+    let text = String::from_utf8(text).unwrap();
+    for variable in [
+        "AGENTCTL_PORT",
+        "AGENTCTL_LISTEN_HOST",
+        "AGENTCTL_AGENT_COMMAND",
+        "AGENTCTL_WORKDIR",
+        "AGENTCTL_AUTO_START",
+        "AGENTCTL_LOG_LEVEL",
+        "AGENTCTL_OUTPUT_BUFFER_SIZE",
+        "AGENTCTL_TOKEN",
+        "AGENTCTL_AUTO_APPROVE_PERMISSIONS",
+        "AGENTCTL_REQUEST_TIMEOUT_MS",
+        "AGENTCTL_MAX_MESSAGE_BYTES",
+    ] {
+        assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_public_listen_address_requires_a_token() {
+    let child = agentwire_process::Command::new(env!("CARGO_BIN_EXE_agentctl"))
+        .env("AGENTCTL_LISTEN_HOST", "0.0.0.0")
+        .env("AGENTCTL_PORT", "0")
+        .spawn()
+        .unwrap();
+    let status = tokio::time::timeout(support::WAIT, child.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.code, Some(1));
+    child.stderr_tail().finished().await;
+    assert!(
+        child
+            .stderr_tail()
+            .tail_lossy()
+            .contains("AGENTCTL_TOKEN is required")
+    );
+}
