@@ -277,6 +277,7 @@ impl Shared {
     async fn run_stop(&self, plan: StopPlan) -> StopOutcome {
         if let Some(status) = self.exited() {
             self.kill_all();
+            self.stdin.close().await;
             return StopOutcome {
                 status,
                 ended_by: StopStep::AlreadyExited,
@@ -547,5 +548,87 @@ async fn supervise(
         if !shared.group_killed.swap(true, Ordering::SeqCst) {
             shared.signal(GroupSignal::Kill);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_values() {
+        let config = ChildConfig::default();
+        assert_eq!(config.drain_window, Duration::from_secs(2));
+        assert_eq!(config.stderr_tail_bytes, 131_072);
+        assert_eq!(config.stdout_queue_items, 16);
+        assert_eq!(config.read_chunk_bytes, 65_536);
+        assert_eq!(config.late_drain_max_bytes, 1_048_576);
+        assert!(config.kill_orphans_after_drain);
+        let plan = StopPlan::default();
+        assert_eq!(plan, StopPlan::new());
+        assert_eq!(
+            (plan.final_stdin_line, plan.stdin_grace, plan.term_grace),
+            (None, Duration::from_secs(5), Duration::from_secs(3))
+        );
+    }
+
+    /// Checks the status's 128+n number and its display.
+    fn check(status: ExitStatus, number: i32, text: &str) {
+        assert_eq!(
+            (status.code_or_signal(), status.to_string().as_str()),
+            (number, text)
+        );
+    }
+
+    #[test]
+    fn exit_status_numbers_and_texts() {
+        check(
+            ExitStatus {
+                code: Some(0),
+                signal: None,
+            },
+            0,
+            "exit code 0",
+        );
+        check(
+            ExitStatus {
+                code: Some(255),
+                signal: None,
+            },
+            255,
+            "exit code 255",
+        );
+        check(
+            ExitStatus {
+                code: None,
+                signal: Some(9),
+            },
+            137,
+            "killed by signal 9",
+        );
+        check(
+            ExitStatus {
+                code: None,
+                signal: Some(15),
+            },
+            143,
+            "killed by signal 15",
+        );
+        check(ExitStatus::unknown(), -1, "unknown exit status");
+    }
+
+    #[test]
+    fn stop_steps_have_stable_names() {
+        let names = [
+            StopStep::AlreadyExited,
+            StopStep::StdinClosed,
+            StopStep::Sigterm,
+            StopStep::Sigkill,
+        ]
+        .map(|s| s.as_str());
+        assert_eq!(
+            names,
+            ["already_exited", "stdin_closed", "sigterm", "sigkill"]
+        );
     }
 }

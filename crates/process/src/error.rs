@@ -31,6 +31,12 @@ pub enum SpawnError {
         /// The program as given to [`crate::Command::new`].
         program: String,
     },
+    /// The program is a script whose interpreter (the `#!` line) does not exist. Code `interpreter_not_found`.
+    #[error("interpreter of {program} not found")]
+    InterpreterNotFound {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+    },
     /// The working directory set with [`crate::Command::current_dir`] does not exist. Code `working_dir_not_found`.
     #[error("working directory not found: {dir} (running {program})")]
     WorkingDirNotFound {
@@ -63,6 +69,7 @@ impl SpawnError {
             Self::NotFound { .. } => "executable_not_found",
             Self::PermissionDenied { .. } => "permission_denied",
             Self::NotExecutable { .. } => "not_executable",
+            Self::InterpreterNotFound { .. } => "interpreter_not_found",
             Self::WorkingDirNotFound { .. } => "working_dir_not_found",
             Self::NoRuntime { .. } => "no_tokio_runtime",
             Self::Io { .. } => "spawn_failed",
@@ -75,6 +82,7 @@ impl SpawnError {
             Self::NotFound { program }
             | Self::PermissionDenied { program }
             | Self::NotExecutable { program }
+            | Self::InterpreterNotFound { program }
             | Self::WorkingDirNotFound { program, .. }
             | Self::NoRuntime { program }
             | Self::Io { program, .. } => program,
@@ -93,6 +101,9 @@ impl SpawnError {
                     program: name,
                     dir: dir.to_string_lossy().into_owned(),
                 };
+            }
+            if resolved_path(program, current_dir).is_some_and(|p| p.is_file()) {
+                return Self::InterpreterNotFound { program: name };
             }
             return Self::NotFound { program: name };
         }
@@ -119,17 +130,24 @@ impl SpawnError {
     }
 }
 
+/// The file `program` names when it is a path (has a separator); `None` for a bare name searched on `PATH`.
+fn resolved_path(program: &OsStr, current_dir: Option<&Path>) -> Option<std::path::PathBuf> {
+    let path = Path::new(program);
+    if path.components().count() < 2 && !path.is_absolute() {
+        return None;
+    }
+    Some(match current_dir {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    })
+}
+
 /// Whether `program` names a file (by path) that is a directory or has no execute bit at all.
 #[cfg(unix)]
 fn is_path_without_exec(program: &OsStr, current_dir: Option<&Path>) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let path = Path::new(program);
-    if path.components().count() < 2 && !path.is_absolute() {
+    let Some(path) = resolved_path(program, current_dir) else {
         return false; // a bare name was searched on PATH; which entry failed is unknown
-    }
-    let path = match current_dir {
-        Some(dir) if path.is_relative() => dir.join(path),
-        _ => path.to_path_buf(),
     };
     match std::fs::metadata(&path) {
         Ok(meta) => meta.is_dir() || meta.permissions().mode() & 0o111 == 0,

@@ -175,7 +175,7 @@ impl Drop for Inflight<'_> {
 // stdout
 
 /// One item of the child's stdout.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StdoutItem {
     /// One JSON Lines frame (with [`crate::Command::stdout_jsonl`]): a JSON value, an invalid line, or a too-long line.

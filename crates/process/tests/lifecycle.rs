@@ -302,3 +302,21 @@ async fn stop_is_not_blocked_by_a_stuck_stdin_writer() {
         Ok(()) => panic!("a 1 MiB write to a child that never reads cannot succeed"),
     }
 }
+
+/// Hazard (`protocols/awp.md`): SIGTERM right after stdin EOF lost Claude Code's session tail. The ladder waits.
+#[tokio::test]
+async fn stop_lets_the_child_finish_after_stdin_eof_before_any_sigterm() {
+    let script = "trap 'echo term; exit 1' TERM; echo ready; cat >/dev/null; echo flushed";
+    let mut child = sh(script).spawn().expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let mut rest = Vec::new();
+    assert_eq!(read_line(&mut stdout, &mut rest).await, "ready");
+    let outcome = guard("stop", child.stop(plan(10_000, 10_000))).await;
+    assert_eq!(
+        (outcome.ended_by, outcome.status.code),
+        (StopStep::StdinClosed, Some(0))
+    );
+    let (out, _) = read_to_end(&mut stdout).await;
+    rest.extend_from_slice(&out);
+    assert_eq!(String::from_utf8_lossy(&rest), "flushed\n");
+}

@@ -209,3 +209,48 @@ async fn file_with_an_unknown_format_is_not_executable() {
     let binary = binary.to_str().unwrap().to_owned();
     check_spawn_error(&mut Command::new(&binary), &binary, "not_executable");
 }
+
+#[tokio::test]
+async fn script_with_a_missing_interpreter_is_interpreter_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("agent");
+    std::fs::write(&script, "#!/nonexistent/agentwire-interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = script.to_str().unwrap().to_owned();
+    check_spawn_error(&mut Command::new(&script), &script, "interpreter_not_found");
+}
+
+/// Passes as is; [`claudecode_in_the_host_environment_never_reaches_a_child`] re-runs it with `CLAUDECODE=1` set in
+/// the host environment, which this process cannot set on itself (`set_var` is unsafe and the workspace denies it).
+#[tokio::test]
+async fn inherit_helpers_never_pass_claudecode() {
+    let host_value = std::env::var("CLAUDECODE").unwrap_or_default();
+    let mut cmd = Command::new("env");
+    cmd.inherit_os_env().inherit_env(["CLAUDECODE", "PATH"]);
+    let names = child_env_names(cmd).await;
+    assert!(names.iter().any(|n| n == "PATH"), "{names:?}");
+    assert!(!names.iter().any(|n| n == "CLAUDECODE"), "{names:?}");
+    println!("inner-check host CLAUDECODE={host_value:?}");
+}
+
+#[tokio::test]
+async fn claudecode_in_the_host_environment_never_reaches_a_child() {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "inherit_helpers_never_pass_claudecode",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .inherit_os_env()
+    .env("CLAUDECODE", "1");
+    let mut child = cmd.spawn().unwrap();
+    let (out, _) = read_to_end(&mut child.take_stdout().unwrap()).await;
+    let out = String::from_utf8_lossy(&out);
+    assert!(guard("inner test", child.wait()).await.success(), "{out}");
+    assert!(
+        out.contains(r#"inner-check host CLAUDECODE="1""#),
+        "the inner test ran with CLAUDECODE=1: {out}"
+    );
+    assert!(out.contains("1 passed"), "{out}");
+}
