@@ -83,11 +83,11 @@ pub trait Agent: Send + Sync + 'static {
     /// `session/cancel {"sessionId":…}` (a notification): stop the session's turn.
     fn cancel(&self, notification: CancelNotification) -> impl Future<Output = ()> + Send;
 
-    /// Called after the answer to a `session/prompt` was queued for writing (anything sent from here goes out after
-    /// it). Default: nothing.
-    fn prompt_answered(
+    /// Called after the answer to a client request was queued for writing: anything sent from here goes out after
+    /// it (updates after a `session/load` or `session/prompt` answer). Default: nothing.
+    fn answered(
         &self,
-        answered: PromptAnswered,
+        answered: Answered,
         client: ClientHandle,
     ) -> impl Future<Output = ()> + Send {
         let _ = (answered, client);
@@ -95,14 +95,16 @@ pub trait Agent: Send + Sync + 'static {
     }
 }
 
-/// Which prompt was just answered (see [`Agent::prompt_answered`]).
+/// Which request was just answered (see [`Agent::answered`]).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct PromptAnswered {
-    /// The client's id of the `session/prompt` request.
+pub struct Answered {
+    /// The method, e.g. `session/prompt`.
+    pub method: String,
+    /// The client's id of the request.
     pub request_id: RequestId,
-    /// The session of the turn.
-    pub session_id: SessionId,
+    /// The session the request named (`sessionId` of `session/load`, `session/prompt`, `session/set_mode`).
+    pub session_id: Option<SessionId>,
     /// What was answered (the result object or the error object), as sent.
     pub answer: Result<Value, ErrorObject>,
 }
@@ -322,7 +324,11 @@ async fn serve_request<A: Agent>(
 ) {
     let params = request.params.take();
     let method = request.method.clone();
-    let mut answered_prompt = None;
+    let session_id = params
+        .as_ref()
+        .and_then(|p| p.get("sessionId"))
+        .and_then(Value::as_str)
+        .map(SessionId::new);
     let result = match method.as_str() {
         "initialize" => match parse::<InitializeRequest>(params) {
             Ok(params) => encode(agent.initialize(params).await),
@@ -345,10 +351,7 @@ async fn serve_request<A: Agent>(
             Err(error) => Err(error),
         },
         "session/prompt" => match parse::<PromptRequest>(params) {
-            Ok(params) => {
-                answered_prompt = Some(params.session_id.clone());
-                encode(agent.prompt(params, client.clone()).await)
-            }
+            Ok(params) => encode(agent.prompt(params, client.clone()).await),
             Err(error) => Err(error),
         },
         _ => Err(ErrorObject::method_not_found(&method)),
@@ -359,16 +362,15 @@ async fn serve_request<A: Agent>(
         tracing::debug!(%error, %method, "could not answer the client's request");
         return;
     }
-    if let Some(session_id) = answered_prompt {
-        agent
-            .prompt_answered(
-                PromptAnswered {
-                    request_id,
-                    session_id,
-                    answer,
-                },
-                client,
-            )
-            .await;
-    }
+    agent
+        .answered(
+            Answered {
+                method,
+                request_id,
+                session_id,
+                answer,
+            },
+            client,
+        )
+        .await;
 }

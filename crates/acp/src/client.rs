@@ -1038,6 +1038,10 @@ enum Phase {
 
 /// A prompt turn in progress: yields the session's updates, then [`TurnEvent::End`] once, then `None`.
 ///
+/// Every update the agent sent before its answer is yielded before the end. Updates it sends after its answer
+/// (misbehaving, but seen in the wild) are never lost: those already received when the turn ends are its last
+/// updates, later ones arrive on the session ([`Session::next_update`]).
+///
 /// Dropping an unfinished turn abandons it: the agent's answer, when it comes, is dropped and counted as a late
 /// response.
 pub struct Turn<'s> {

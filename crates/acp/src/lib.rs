@@ -40,7 +40,7 @@ mod stdio;
 pub mod turn;
 pub mod update;
 
-pub use agent::{Agent, AgentSide, ClientHandle, PromptAnswered};
+pub use agent::{Agent, AgentSide, Answered, ClientHandle};
 pub use client::{
     Canceller, Client, ClientBuilder, ClientConfig, ClientStats, Session, Turn, TurnEvent,
 };
