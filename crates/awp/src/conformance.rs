@@ -1,1 +1,1331 @@
-//! AWP conformance checks (see the conformance helper).
+//! AWP conformance checks: run a short scripted conversation against any agent CLI and judge each protocol rule.
+//!
+//! This is the engine behind `awp-host check [--protocol awp-jsonl|stream-json] -- CMD ARGS…` and
+//! `cargo xtask conformance`; protocol authors run it against their own agents.
+//!
+//! # The script
+//!
+//! 1. Build the launch plan from a [`LaunchConfig`] (the same argv/env rules the host uses) and spawn it.
+//! 2. Watch stdout for [`CheckLimits::quiet_window`] (1 s) **before** writing anything.
+//! 3. Turn 1 and turn 2 in the same process (one user line each, [`CheckPlan::prompts`]).
+//! 4. Close stdin and wait [`CheckLimits::exit_grace`] (5 s) for the exit (then the stop ladder).
+//! 5. When turn 1 reported a valid session id: relaunch with `--resume <id>`, one turn, close stdin.
+//!
+//! Every stdout frame goes through the same [`TurnMachine`] the host uses, so "terminal", "success" and
+//! "mid-turn exit" mean exactly what they mean in production. The rule checks themselves are in
+//! [`RuleBook`], which is pure (frames and turn outcomes in, verdicts out); [`run_check`] is the IO shell.
+//!
+//! # The rules ([`RULES`])
+//!
+//! Derived from the MUSTs of the AWP agent CLI protocol (`protocols/awp.md`): no output before the first input;
+//! stdout protocol-only, every line one JSON object with a string `type`, none over 4 MiB; a session id
+//! reported and every reported id valid (`[A-Za-z0-9._:-]{1,256}`); exactly one terminal event per accepted
+//! turn, the process staying alive for the next turn; exit on stdin EOF; `--resume <id>` accepted.
+//! Two rules are recommendations (severity [`Severity::Should`]: reported, never fail the check): `init` as
+//! the first event of the first turn, and `usage` on every terminal event.
+//!
+//! Deliberately not checked: how unsupported content blocks are handled (the protocol allows rejecting them
+//! *or* a documented fallback, which a black-box check cannot tell apart), stderr content, and the Windows
+//! shutdown line. An extra terminal event is only detected when it arrives before the next input is written
+//! or after the last turn (a check cannot tell which turn a late line belongs to).
+//!
+//! Output looks like:
+//!
+//! ```text
+//! PASS  no_output_before_input   the agent writes nothing to stdout before its first input line
+//! FAIL  stdout_only_json         every stdout line is one JSON object with a string "type"
+//!       evidence: turn 1, stdout line 1: Welcome to fixture-agent v0.0.0 (not JSON) (not a JSON line)
+//! ```
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentwire_jsonl::Frame;
+use agentwire_process::{Child, Command, ExitStatus, Stdout, StdoutItem, StopPlan};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::event::StreamEvent;
+use crate::machine::{ExitInfo, MachineConfig, TurnMachine};
+use crate::{
+    ContentBlock, LaunchConfig, NormalizedEvent, OutputEvent, Protocol, SessionId, TurnOutcome,
+    codes, user_line,
+};
+
+/// How strict a rule is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// A protocol requirement: a failure fails the check (exit code non-zero).
+    Must,
+    /// A recommendation: a failure is reported as a warning and does not fail the check.
+    Should,
+}
+
+/// One rule of the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Stable snake_case id, e.g. `no_output_before_input`.
+    pub id: &'static str,
+    /// Must or should.
+    pub severity: Severity,
+    /// One line: what a conforming agent does.
+    pub description: &'static str,
+}
+
+const fn must(id: &'static str, description: &'static str) -> Rule {
+    Rule {
+        id,
+        severity: Severity::Must,
+        description,
+    }
+}
+
+const fn should(id: &'static str, description: &'static str) -> Rule {
+    Rule {
+        id,
+        severity: Severity::Should,
+        description,
+    }
+}
+
+/// Every rule, in report order.
+pub const RULES: &[Rule] = &[
+    must(
+        "launch_contract",
+        "the command passes the launch contract (absolute, regular, non-symlink executable; no remote URL without opt-in)",
+    ),
+    must("spawns", "the agent process starts"),
+    must(
+        "no_output_before_input",
+        "the agent writes nothing to stdout before its first input line",
+    ),
+    must(
+        "stdout_only_json",
+        "every stdout line is one JSON object with a string \"type\"",
+    ),
+    must(
+        "line_within_limit",
+        "no stdout line is longer than 4 MiB (4194304 bytes)",
+    ),
+    must(
+        "session_id_reported",
+        "the first turn reports a session_id (in system/init or result)",
+    ),
+    must(
+        "valid_session_id",
+        "every reported session_id matches [A-Za-z0-9._:-]{1,256}",
+    ),
+    must(
+        "one_terminal_per_turn",
+        "every accepted turn ends with exactly one terminal event (result; or a top-level message_stop in awp-jsonl)",
+    ),
+    must("turn_succeeds", "the scripted turns end in success"),
+    must(
+        "second_turn_same_process",
+        "the process stays alive after a turn and answers the next input line",
+    ),
+    must(
+        "exits_on_stdin_eof",
+        "the process exits within the grace period after stdin is closed",
+    ),
+    must(
+        "resume_accepted",
+        "a new process started with --resume <id> completes a turn and reports a valid session_id",
+    ),
+    should(
+        "init_first",
+        "the first event of the first turn is system/init with the session_id",
+    ),
+    should("terminal_has_usage", "every terminal event carries usage"),
+];
+
+/// The verdict of one rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The rule held.
+    Pass,
+    /// The rule was broken; `evidence` names where (bounded, e.g. the first offending line).
+    Fail {
+        /// Where and how, at most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
+        evidence: String,
+    },
+    /// The rule could not be judged (an earlier step failed).
+    Skipped {
+        /// Why.
+        why: String,
+    },
+}
+
+/// One line of the report: `{"id":"stdout_only_json","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuleResult {
+    /// The rule id.
+    pub id: &'static str,
+    /// Must or should.
+    pub severity: Severity,
+    /// What the rule requires.
+    pub description: &'static str,
+    /// The verdict.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// The verdicts of every rule, in [`RULES`] order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// One result per rule.
+    pub rules: Vec<RuleResult>,
+}
+
+impl CheckReport {
+    /// True when no [`Severity::Must`] rule failed or was skipped (`awp-host check` exits 0 only then).
+    pub fn passed(&self) -> bool {
+        self.rules
+            .iter()
+            .all(|r| r.severity == Severity::Should || r.outcome == Outcome::Pass)
+    }
+
+    /// The result of rule `id`.
+    pub fn get(&self, id: &str) -> Option<&RuleResult> {
+        self.rules.iter().find(|r| r.id == id)
+    }
+
+    /// The ids of the failed rules (must and should).
+    pub fn failed_ids(&self) -> Vec<&'static str> {
+        self.rules
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Fail { .. }))
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// Human-readable report: one `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, and a
+    /// summary line. Output quoted from the agent is escaped (no control characters reach the terminal).
+    pub fn render_text(&self) -> String {
+        let width = self.rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for rule in &self.rules {
+            let (tag, detail) = match (&rule.outcome, rule.severity) {
+                (Outcome::Pass, _) => ("PASS", None),
+                (Outcome::Fail { evidence }, Severity::Must) => {
+                    ("FAIL", Some(("evidence", evidence)))
+                }
+                (Outcome::Fail { evidence }, Severity::Should) => {
+                    ("WARN", Some(("evidence", evidence)))
+                }
+                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
+            };
+            let _ = writeln!(out, "{tag}  {:<width$}  {}", rule.id, rule.description);
+            if let Some((label, text)) = detail {
+                let _ = writeln!(out, "      {label}: {text}");
+            }
+        }
+        let failed = self
+            .rules
+            .iter()
+            .filter(|r| r.severity == Severity::Must && r.outcome != Outcome::Pass)
+            .count();
+        let _ = writeln!(
+            out,
+            "{}: {} of {} required rules passed",
+            if self.passed() {
+                "conformant"
+            } else {
+                "not conformant"
+            },
+            self.rules
+                .iter()
+                .filter(|r| r.severity == Severity::Must)
+                .count()
+                - failed,
+            self.rules
+                .iter()
+                .filter(|r| r.severity == Severity::Must)
+                .count(),
+        );
+        out
+    }
+}
+
+/// Bounds and timeouts of a check. Every field documents its default and what happens on overflow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckLimits {
+    /// How long stdout is watched before the first input line. Default 1 s. Output that comes later than this
+    /// is not attributed to "before input" (a black-box check can only observe a window).
+    pub quiet_window: Duration,
+    /// Longest wait for a turn's terminal event. Default 120 s; on overflow the turn fails
+    /// `one_terminal_per_turn` and the process is stopped.
+    pub turn_timeout: Duration,
+    /// How long the process gets to exit after stdin EOF. Default 5 s (the host's stop ladder grace); on
+    /// overflow `exits_on_stdin_eof` fails and the process is stopped (SIGTERM, then SIGKILL after 3 s).
+    pub exit_grace: Duration,
+    /// Longest stdout line, in bytes without the newline. Default 4 MiB (the protocol's limit); a longer line
+    /// fails `line_within_limit` and ends the turn like in the host.
+    pub max_line_bytes: usize,
+    /// Most bytes of agent output quoted in one piece of evidence. Default 240; longer output is cut at a
+    /// char boundary and marked with its full length.
+    pub max_evidence_bytes: usize,
+}
+
+impl Default for CheckLimits {
+    fn default() -> Self {
+        Self {
+            quiet_window: Duration::from_secs(1),
+            turn_timeout: Duration::from_secs(120),
+            exit_grace: Duration::from_secs(5),
+            max_line_bytes: agentwire_jsonl::DEFAULT_MAX_LINE_BYTES,
+            max_evidence_bytes: 240,
+        }
+    }
+}
+
+/// What to check: the agent (as a launch configuration), the model and the scripted prompts.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CheckPlan {
+    /// The agent: executable, prefix args, env entries, protocol (as from the `AWP_AGENT_CLI_*` variables).
+    pub launch: LaunchConfig,
+    /// `--model` for every launch; `None` uses `launch.default_model` (and passes none when that is unset).
+    pub model: Option<String>,
+    /// Working directory of the agent. Default `None` (the caller's).
+    pub cwd: Option<PathBuf>,
+    /// The texts of turn 1, turn 2 and the resumed turn.
+    pub prompts: [String; 3],
+    /// Bounds and timeouts.
+    pub limits: CheckLimits,
+}
+
+impl CheckPlan {
+    /// A plan with the default prompts and limits.
+    pub fn new(launch: LaunchConfig) -> Self {
+        Self {
+            launch,
+            model: None,
+            cwd: None,
+            prompts: [
+                "This is an AWP conformance check. Reply with one short sentence.".to_owned(),
+                "Second turn of the conformance check. Reply with one word.".to_owned(),
+                "Resumed conversation of the conformance check. Reply with one word.".to_owned(),
+            ],
+            limits: CheckLimits::default(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The pure rule book
+
+/// Where in the script a stdout line arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Before the first input line of the first process.
+    BeforeInput,
+    /// During turn `n` (1 or 2) of the first process.
+    Turn(u8),
+    /// During the turn of the process started with `--resume`.
+    ResumedTurn,
+    /// After the last turn of a process (between its terminal event and its exit).
+    AfterLastTurn,
+}
+
+impl Stage {
+    fn label(self) -> String {
+        match self {
+            Stage::BeforeInput => "before any input".to_owned(),
+            Stage::Turn(n) => format!("turn {n}"),
+            Stage::ResumedTurn => "resumed turn".to_owned(),
+            Stage::AfterLastTurn => "after the last turn".to_owned(),
+        }
+    }
+}
+
+/// The rule checks, fed with what the IO shell observed. Pure: no clock, no IO.
+///
+/// Use: [`observe_frame`](Self::observe_frame) for every stdout frame, [`turn_completed`](Self::turn_completed)
+/// / [`turn_unanswered`](Self::turn_unanswered) per turn, the `record_*` methods for process-level facts, then
+/// [`finish`](Self::finish).
+#[derive(Debug)]
+pub struct RuleBook {
+    protocol: Protocol,
+    max_evidence_bytes: usize,
+    outcomes: Vec<Option<Outcome>>,
+    /// Stdout line number within the current process (1-based).
+    line_number: u64,
+    /// Label of the current process in evidence (`""` or `"resumed process, "`).
+    process_label: &'static str,
+    saw_event_in_turn_1: bool,
+    reported_id_in_turn_1: bool,
+}
+
+impl RuleBook {
+    /// A book for an agent speaking `protocol`, quoting at most `max_evidence_bytes` of output per evidence.
+    pub fn new(protocol: Protocol, max_evidence_bytes: usize) -> Self {
+        Self {
+            protocol,
+            max_evidence_bytes,
+            outcomes: vec![None; RULES.len()],
+            line_number: 0,
+            process_label: "",
+            saw_event_in_turn_1: false,
+            reported_id_in_turn_1: false,
+        }
+    }
+
+    fn slot(&mut self, id: &str) -> Option<&mut Option<Outcome>> {
+        let index = RULES.iter().position(|r| r.id == id)?;
+        self.outcomes.get_mut(index)
+    }
+
+    /// Records a failure of rule `id`; the first failure of a rule is kept (later ones are dropped).
+    pub fn fail(&mut self, id: &str, evidence: String) {
+        if let Some(slot) = self.slot(id)
+            && !matches!(slot, Some(Outcome::Fail { .. }))
+        {
+            *slot = Some(Outcome::Fail { evidence });
+        }
+    }
+
+    /// Records that rule `id` was judged and held (unless it already failed).
+    pub fn pass(&mut self, id: &str) {
+        if let Some(slot) = self.slot(id)
+            && slot.is_none()
+        {
+            *slot = Some(Outcome::Pass);
+        }
+    }
+
+    /// Marks rule `id` as not judged (unless it already has a verdict).
+    pub fn skip(&mut self, id: &str, why: &str) {
+        if let Some(slot) = self.slot(id)
+            && slot.is_none()
+        {
+            *slot = Some(Outcome::Skipped {
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// Passes the per-line rules that saw no violation (call once all output was observed).
+    pub fn observations_complete(&mut self) {
+        for id in ["stdout_only_json", "line_within_limit", "valid_session_id"] {
+            self.pass(id);
+        }
+    }
+
+    /// Starts counting stdout lines of the process started with `--resume`.
+    pub fn start_resumed_process(&mut self) {
+        self.line_number = 0;
+        self.process_label = "resumed process, ";
+    }
+
+    fn location(&self, stage: Stage) -> String {
+        format!(
+            "{}{}, stdout line {}",
+            self.process_label,
+            stage.label(),
+            self.line_number
+        )
+    }
+
+    /// Judges one stdout frame that arrived at `stage`.
+    pub fn observe_frame(&mut self, stage: Stage, frame: &Frame) {
+        self.line_number += 1;
+        let at = self.location(stage);
+        if stage == Stage::BeforeInput {
+            let shown = self.show_frame(frame);
+            self.fail("no_output_before_input", format!("{at}: {shown}"));
+        }
+        let bytes = match frame {
+            Frame::Json(bytes) => bytes,
+            Frame::TooLong { bytes_discarded } => {
+                self.fail(
+                    "line_within_limit",
+                    format!("{at}: a line of {bytes_discarded} bytes"),
+                );
+                return;
+            }
+            other => {
+                let shown = self.show_frame(other);
+                self.fail(
+                    "stdout_only_json",
+                    format!("{at}: {shown} (not a JSON line)"),
+                );
+                return;
+            }
+        };
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(value) => value,
+            Err(_) => {
+                let shown = self.show(bytes);
+                self.fail(
+                    "stdout_only_json",
+                    format!("{at}: {shown} (not a JSON line)"),
+                );
+                return;
+            }
+        };
+        let Some(event_type) = value.get("type").and_then(Value::as_str) else {
+            let shown = self.show(bytes);
+            self.fail(
+                "stdout_only_json",
+                format!("{at}: {shown} (not an object with a string type)"),
+            );
+            return;
+        };
+        let is_init =
+            event_type == "system" && value.get("subtype").and_then(Value::as_str) == Some("init");
+        if (is_init || event_type == "result")
+            && let Some(id) = value.get("session_id").filter(|v| !v.is_null())
+        {
+            let valid = id.as_str().is_some_and(|s| SessionId::new(s).is_ok());
+            if !valid {
+                let shown = self.show(bytes);
+                self.fail("valid_session_id", format!("{at}: {shown}"));
+            }
+            if stage == Stage::Turn(1) {
+                self.reported_id_in_turn_1 = true;
+            }
+        }
+        if stage == Stage::Turn(1) && !self.saw_event_in_turn_1 {
+            self.saw_event_in_turn_1 = true;
+            let has_id = value.get("session_id").and_then(Value::as_str).is_some();
+            if !(is_init && has_id) {
+                let shown = self.show(bytes);
+                self.fail("init_first", format!("{at}: {shown}"));
+            }
+        }
+        if stage == Stage::AfterLastTurn && self.is_terminal(&value) {
+            let shown = self.show(bytes);
+            self.fail(
+                "one_terminal_per_turn",
+                format!("{at}: a terminal event after the turn had completed: {shown}"),
+            );
+        }
+    }
+
+    fn is_terminal(&self, value: &Value) -> bool {
+        match OutputEvent::from_value(value) {
+            Ok(OutputEvent::Result(_)) => true,
+            Ok(OutputEvent::Stream {
+                event: StreamEvent::MessageStop,
+                wrapped: false,
+            }) => self.protocol == Protocol::AwpJsonl,
+            _ => false,
+        }
+    }
+
+    /// Judges a turn that ended with [`NormalizedEvent::TurnCompleted`]; `terminal` is the last stdout line of
+    /// the turn, for evidence.
+    pub fn turn_completed(&mut self, stage: Stage, outcome: &TurnOutcome, terminal: Option<&[u8]>) {
+        let at = format!("{}{}", self.process_label, stage.label());
+        let shown = terminal.map(|t| self.show(t)).unwrap_or_default();
+        match outcome.status.code() {
+            None => {
+                self.pass("turn_succeeds");
+            }
+            Some(codes::AGENT_EXITED_MID_TURN | codes::AGENT_IDLE_TIMEOUT) => {
+                let detail = status_detail(outcome);
+                self.fail(
+                    "one_terminal_per_turn",
+                    format!("{at}: the process exited before a terminal event ({detail}); last line: {shown}"),
+                );
+                return;
+            }
+            Some(codes::STDOUT_LINE_TOO_LONG) => {
+                self.fail(
+                    "one_terminal_per_turn",
+                    format!("{at}: the turn was ended by a stdout line over the limit"),
+                );
+                return;
+            }
+            Some(code) => {
+                let detail = status_detail(outcome);
+                self.fail(
+                    "turn_succeeds",
+                    format!("{at}: failed with {code} ({detail}): {shown}"),
+                );
+            }
+        }
+        self.pass("one_terminal_per_turn");
+        if outcome.usage.is_none() {
+            self.fail(
+                "terminal_has_usage",
+                format!("{at}: terminal event without usage: {shown}"),
+            );
+        } else {
+            self.pass("terminal_has_usage");
+        }
+    }
+
+    /// Judges a turn that got no terminal event within the turn timeout.
+    pub fn turn_unanswered(&mut self, stage: Stage, timeout: Duration, last_line: Option<&[u8]>) {
+        let at = format!("{}{}", self.process_label, stage.label());
+        let shown = last_line
+            .map(|l| self.show(l))
+            .unwrap_or_else(|| "no output".to_owned());
+        self.fail(
+            "one_terminal_per_turn",
+            format!(
+                "{at}: no terminal event within {} s; last line: {shown}",
+                timeout.as_secs()
+            ),
+        );
+    }
+
+    /// Judges the end of the first turn's observation: was a session id reported?
+    pub fn first_turn_done(&mut self) {
+        if self.reported_id_in_turn_1 {
+            self.pass("session_id_reported");
+        } else {
+            self.fail(
+                "session_id_reported",
+                "turn 1: no system/init or result line carried a session_id".to_owned(),
+            );
+        }
+        if self.saw_event_in_turn_1 {
+            self.pass("init_first");
+        }
+    }
+
+    /// Quotes a frame for evidence.
+    fn show_frame(&self, frame: &Frame) -> String {
+        match frame {
+            Frame::Json(bytes) => self.show(bytes),
+            Frame::Invalid(line) => {
+                let mut shown = escape(&line.preview, self.max_evidence_bytes);
+                if line.len > line.preview.len() {
+                    let _ = write!(shown, "… ({} bytes)", line.len);
+                }
+                shown
+            }
+            Frame::TooLong { bytes_discarded } => format!("a line of {bytes_discarded} bytes"),
+            other => format!("a {} frame", other.kind()),
+        }
+    }
+
+    /// Quotes raw output for evidence: lossy UTF-8, control characters escaped, cut at the evidence limit.
+    fn show(&self, bytes: &[u8]) -> String {
+        let text = String::from_utf8_lossy(bytes);
+        let mut shown = escape(&text, self.max_evidence_bytes);
+        if text.len() > self.max_evidence_bytes {
+            let _ = write!(shown, "… ({} bytes)", bytes.len());
+        }
+        shown
+    }
+
+    /// The report: every rule keeps its verdict; rules never judged are reported as skipped with
+    /// `why_unjudged`.
+    pub fn finish(self, why_unjudged: &str) -> CheckReport {
+        let rules = RULES
+            .iter()
+            .zip(self.outcomes)
+            .map(|(rule, outcome)| RuleResult {
+                id: rule.id,
+                severity: rule.severity,
+                description: rule.description,
+                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+                    why: why_unjudged.to_owned(),
+                }),
+            })
+            .collect();
+        CheckReport { rules }
+    }
+}
+
+fn status_detail(outcome: &TurnOutcome) -> String {
+    match &outcome.status {
+        crate::TurnStatus::Failed {
+            detail: Some(detail),
+            ..
+        } => detail.clone(),
+        _ => "no detail".to_owned(),
+    }
+}
+
+/// `text` with control characters escaped, at most `max` bytes of it (cut at a char boundary).
+fn escape(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = String::with_capacity(end);
+    for ch in text.get(..end).unwrap_or_default().chars() {
+        if ch.is_control() || matches!(ch, '\u{2028}' | '\u{2029}') {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The IO shell
+
+/// One spawned agent process under observation.
+struct Observed {
+    child: Child,
+    stdout: Stdout,
+    machine: TurnMachine,
+    /// The stdout stream ended (EOF or exit + drain window).
+    stdout_ended: bool,
+}
+
+/// What reading one stdout item gave.
+enum Read {
+    Frame(Frame),
+    Ended,
+    TimedOut,
+}
+
+impl Observed {
+    fn spawn(
+        plan: &crate::LaunchPlan,
+        check: &CheckPlan,
+    ) -> Result<Observed, agentwire_process::SpawnError> {
+        let mut command = Command::new(&plan.program);
+        command
+            .args(&plan.args)
+            .inherit_os_env()
+            .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout_jsonl(agentwire_jsonl::Limits {
+                max_line_bytes: check.limits.max_line_bytes,
+                ..agentwire_jsonl::Limits::default()
+            });
+        if let Some(cwd) = &check.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command.spawn()?;
+        let stdout = child
+            .take_stdout()
+            .ok_or_else(|| agentwire_process::SpawnError::Io {
+                program: plan.program.display().to_string(),
+                source: std::io::Error::other("stdout is not piped"),
+            })?;
+        let mut config = MachineConfig::new(plan.protocol);
+        config.limits.max_line_bytes = check.limits.max_line_bytes;
+        Ok(Observed {
+            child,
+            stdout,
+            machine: TurnMachine::new(config),
+            stdout_ended: false,
+        })
+    }
+
+    async fn read(&mut self, deadline: Instant) -> Read {
+        if self.stdout_ended {
+            return Read::Ended;
+        }
+        loop {
+            match tokio::time::timeout_at(deadline, self.stdout.next()).await {
+                Err(_) => return Read::TimedOut,
+                Ok(None) => {
+                    self.stdout_ended = true;
+                    return Read::Ended;
+                }
+                Ok(Some(StdoutItem::Frame(frame))) => return Read::Frame(frame),
+                // Raw byte chunks only appear without `stdout_jsonl`, which is always set here.
+                Ok(Some(_)) => {}
+            }
+        }
+    }
+
+    /// Feeds a frame to the machine and the book; returns the turn's outcome when this frame completed it.
+    fn handle(&mut self, book: &mut RuleBook, stage: Stage, frame: &Frame) -> Option<TurnOutcome> {
+        book.observe_frame(stage, frame);
+        self.machine.handle_frame(frame, Instant::now().into_std());
+        self.drain_outcome()
+    }
+
+    fn drain_outcome(&mut self) -> Option<TurnOutcome> {
+        let mut outcome = None;
+        while let Some(event) = self.machine.poll_event() {
+            if let NormalizedEvent::TurnCompleted(done) = event {
+                outcome = Some(done);
+            }
+        }
+        while self.machine.poll_action().is_some() {}
+        outcome
+    }
+
+    /// Watches stdout for `window` without writing anything.
+    async fn quiet_window(&mut self, book: &mut RuleBook, window: Duration) {
+        let deadline = Instant::now() + window;
+        while let Read::Frame(frame) = self.read(deadline).await {
+            self.handle(book, Stage::BeforeInput, &frame);
+        }
+        book.pass("no_output_before_input");
+    }
+
+    /// Runs one turn; returns its outcome, `None` when it got no terminal event in time (the process is then
+    /// stopped).
+    async fn turn(
+        &mut self,
+        book: &mut RuleBook,
+        stage: Stage,
+        text: &str,
+        limits: &CheckLimits,
+    ) -> Option<TurnOutcome> {
+        let line = user_line(&[ContentBlock::text(text)]);
+        if let Err(error) = self.child.stdin().write_line(&line).await {
+            book.fail(
+                "second_turn_same_process",
+                format!(
+                    "{}: the input line could not be written ({})",
+                    stage.label(),
+                    error.code()
+                ),
+            );
+            return None;
+        }
+        if self
+            .machine
+            .handle_input_sent(Instant::now().into_std())
+            .is_err()
+        {
+            return None;
+        }
+        let deadline = Instant::now() + limits.turn_timeout;
+        let mut last_line: Option<Vec<u8>> = None;
+        loop {
+            match self.read(deadline).await {
+                Read::Frame(frame) => {
+                    if let Some(bytes) = frame.as_json() {
+                        last_line = Some(bytes.to_vec());
+                    } else if let Frame::Invalid(invalid) = &frame {
+                        last_line = Some(invalid.preview.clone().into_bytes());
+                    }
+                    if let Some(outcome) = self.handle(book, stage, &frame) {
+                        book.turn_completed(stage, &outcome, last_line.as_deref());
+                        return Some(outcome);
+                    }
+                }
+                Read::Ended => {
+                    let status = self.wait_exit(limits.exit_grace).await;
+                    let exit = status.map_or(
+                        ExitInfo {
+                            code: None,
+                            signal: None,
+                        },
+                        |s| ExitInfo {
+                            code: s.code,
+                            signal: s.signal,
+                        },
+                    );
+                    self.machine.handle_exit(exit, Instant::now().into_std());
+                    let outcome = self.drain_outcome()?;
+                    book.turn_completed(stage, &outcome, last_line.as_deref());
+                    return Some(outcome);
+                }
+                Read::TimedOut => {
+                    book.turn_unanswered(stage, limits.turn_timeout, last_line.as_deref());
+                    self.child
+                        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
+                        .await;
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn wait_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(grace, self.child.wait()).await.ok()
+    }
+
+    /// Closes stdin, observes the remaining output and judges `exits_on_stdin_eof`.
+    async fn close(&mut self, book: &mut RuleBook, limits: &CheckLimits) {
+        if let Some(status) = self.child.try_wait() {
+            book.skip(
+                "exits_on_stdin_eof",
+                &format!("the process had already exited ({status})"),
+            );
+            return;
+        }
+        self.child.stdin().close().await;
+        let deadline = Instant::now() + limits.exit_grace;
+        while let Read::Frame(frame) = self.read(deadline).await {
+            self.handle(book, Stage::AfterLastTurn, &frame);
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if self.wait_exit(remaining).await.is_some() {
+            book.pass("exits_on_stdin_eof");
+            return;
+        }
+        let outcome = self
+            .child
+            .stop(StopPlan::default().stdin_grace(Duration::ZERO))
+            .await;
+        book.fail(
+            "exits_on_stdin_eof",
+            format!(
+                "{}still running {} s after stdin was closed; stopped by {} ({})",
+                book.process_label,
+                limits.exit_grace.as_secs(),
+                outcome.ended_by.as_str(),
+                outcome.status
+            ),
+        );
+    }
+}
+
+/// Runs the scripted conversation of the module docs against `plan.launch` and judges every rule.
+///
+/// Never fails: a launch or spawn failure is reported as the `launch_contract` / `spawns` rule and the
+/// remaining rules are skipped. Needs a tokio runtime with time enabled.
+pub async fn run_check(plan: CheckPlan) -> CheckReport {
+    let protocol = plan.launch.protocol;
+    let mut book = RuleBook::new(protocol, plan.limits.max_evidence_bytes);
+    let launch = match plan.launch.plan(plan.model.as_deref(), None, None) {
+        Ok(launch) => launch,
+        Err(error) => {
+            book.fail("launch_contract", format!("{}: {error}", error.code()));
+            return book.finish("the agent could not be launched");
+        }
+    };
+    book.pass("launch_contract");
+    let mut agent = match Observed::spawn(&launch, &plan) {
+        Ok(agent) => agent,
+        Err(error) => {
+            book.fail("spawns", format!("{}: {error}", error.code()));
+            return book.finish("the agent could not be started");
+        }
+    };
+    book.pass("spawns");
+    let limits = plan.limits.clone();
+    let [first, second, resumed_prompt] = &plan.prompts;
+
+    agent.quiet_window(&mut book, limits.quiet_window).await;
+    let turn_1 = agent.turn(&mut book, Stage::Turn(1), first, &limits).await;
+    book.first_turn_done();
+    let session_id = agent.machine.session_id().cloned();
+    let alive_after_turn_1 =
+        turn_1.is_some() && agent.child.try_wait().is_none() && !agent.stdout_ended;
+    if alive_after_turn_1 {
+        match agent.turn(&mut book, Stage::Turn(2), second, &limits).await {
+            Some(outcome) if outcome.status.code() != Some(codes::AGENT_EXITED_MID_TURN) => {
+                book.pass("second_turn_same_process");
+            }
+            Some(outcome) => book.fail(
+                "second_turn_same_process",
+                format!(
+                    "turn 2: the process exited before answering ({})",
+                    status_detail(&outcome)
+                ),
+            ),
+            None => book.fail(
+                "second_turn_same_process",
+                "turn 2: no terminal event (see one_terminal_per_turn)".to_owned(),
+            ),
+        }
+    } else if let Some(status) = agent.child.try_wait().or(if agent.stdout_ended {
+        agent.wait_exit(limits.exit_grace).await
+    } else {
+        None
+    }) {
+        if turn_1
+            .as_ref()
+            .is_some_and(|o| o.status.code() != Some(codes::AGENT_EXITED_MID_TURN))
+        {
+            book.fail(
+                "second_turn_same_process",
+                format!("the process exited after turn 1 ({status})"),
+            );
+        } else {
+            book.skip("second_turn_same_process", "turn 1 did not complete");
+        }
+    } else {
+        book.skip("second_turn_same_process", "turn 1 did not complete");
+    }
+    agent.close(&mut book, &limits).await;
+    // Make sure nothing of the first process is left (idempotent when it already exited).
+    agent
+        .child
+        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
+        .await;
+
+    book.observations_complete();
+    let Some(session_id) = session_id else {
+        book.skip("resume_accepted", "turn 1 reported no valid session id");
+        return book.finish("an earlier step failed");
+    };
+    let resume_plan = match plan
+        .launch
+        .plan(plan.model.as_deref(), Some(&session_id), None)
+    {
+        Ok(resume_plan) => resume_plan,
+        Err(error) => {
+            book.fail(
+                "resume_accepted",
+                format!("the resume launch plan failed: {}", error.code()),
+            );
+            return book.finish("an earlier step failed");
+        }
+    };
+    book.start_resumed_process();
+    let mut resumed = match Observed::spawn(&resume_plan, &plan) {
+        Ok(resumed) => resumed,
+        Err(error) => {
+            book.fail(
+                "resume_accepted",
+                format!("the resumed process did not start: {}", error.code()),
+            );
+            return book.finish("an earlier step failed");
+        }
+    };
+    match resumed
+        .turn(&mut book, Stage::ResumedTurn, resumed_prompt, &limits)
+        .await
+    {
+        Some(outcome) if outcome.status.is_success() => {
+            if resumed.machine.session_id().is_some() {
+                book.pass("resume_accepted");
+            } else {
+                book.fail(
+                    "resume_accepted",
+                    "resumed turn: no valid session_id was reported".to_owned(),
+                );
+            }
+        }
+        Some(outcome) => book.fail(
+            "resume_accepted",
+            format!(
+                "resumed turn (--resume {}): {} ({})",
+                session_id.as_str(),
+                outcome.status.code().unwrap_or("failed"),
+                status_detail(&outcome)
+            ),
+        ),
+        None => book.fail(
+            "resume_accepted",
+            format!(
+                "resumed turn (--resume {}): no terminal event",
+                session_id.as_str()
+            ),
+        ),
+    }
+    resumed.close(&mut book, &limits).await;
+    resumed
+        .child
+        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
+        .await;
+    book.finish("an earlier step failed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn json(line: &str) -> Frame {
+        Frame::Json(Bytes::copy_from_slice(line.as_bytes()))
+    }
+
+    fn verdict(book: RuleBook, id: &str) -> Outcome {
+        book.finish("unjudged")
+            .get(id)
+            .map(|r| r.outcome.clone())
+            .expect("rule exists")
+    }
+
+    /// Feeds `lines` at `stage` and returns the verdict of rule `id`.
+    fn check(protocol: Protocol, stage: Stage, lines: &[Frame], id: &str, expect: Option<&str>) {
+        let mut book = RuleBook::new(protocol, 200);
+        for line in lines {
+            book.observe_frame(stage, line);
+        }
+        if stage == Stage::Turn(1) {
+            book.first_turn_done();
+        }
+        book.pass(id);
+        match (verdict(book, id), expect) {
+            (Outcome::Pass, None) => {}
+            (Outcome::Fail { evidence }, Some(want)) => {
+                assert!(evidence.contains(want), "{id}: {evidence:?} lacks {want:?}")
+            }
+            (got, want) => panic!("{id}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    const INIT: &str = r#"{"type":"system","subtype":"init","session_id":"abc"}"#;
+    const RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"session_id":"abc","usage":{"input_tokens":1,"output_tokens":1}}"#;
+
+    #[test]
+    fn rule_ids_are_unique_snake_case() {
+        for rule in RULES {
+            assert_eq!(RULES.iter().filter(|r| r.id == rule.id).count(), 1);
+            assert!(rule.id.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+        }
+    }
+
+    #[test]
+    fn output_before_input_fails_with_the_line() {
+        let p = Protocol::AwpJsonl;
+        check(
+            p,
+            Stage::BeforeInput,
+            &[json(INIT)],
+            "no_output_before_input",
+            Some("before any input, stdout line 1: {\"type\":\"system\""),
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(INIT)],
+            "no_output_before_input",
+            None,
+        );
+    }
+
+    #[test]
+    fn stdout_must_be_json_objects_with_a_type() {
+        let p = Protocol::AwpJsonl;
+        let banner = Frame::Invalid(agentwire_jsonl::InvalidLine {
+            preview: "Welcome\u{1b}[0m banner".into(),
+            len: 17,
+            unterminated: false,
+            error: "expected value".into(),
+        });
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(INIT), banner],
+            "stdout_only_json",
+            Some("turn 1, stdout line 2: Welcome\\u{1b}[0m banner (not a JSON line)"),
+        );
+        check(
+            p,
+            Stage::Turn(2),
+            &[json("[1,2]")],
+            "stdout_only_json",
+            Some("(not an object with a string type)"),
+        );
+        check(
+            p,
+            Stage::Turn(2),
+            &[json(r#"{"type":"brand_new_event"}"#)],
+            "stdout_only_json",
+            None,
+        );
+        check(
+            p,
+            Stage::Turn(2),
+            &[Frame::TooLong {
+                bytes_discarded: 5_000_000,
+            }],
+            "line_within_limit",
+            Some("a line of 5000000 bytes"),
+        );
+    }
+
+    #[test]
+    fn session_ids_are_validated_and_required_in_turn_one() {
+        let p = Protocol::StreamJson;
+        let bad = r#"{"type":"system","subtype":"init","session_id":"bad id/with spaces!"}"#;
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(bad)],
+            "valid_session_id",
+            Some("bad id/with spaces!"),
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(
+                r#"{"type":"result","subtype":"success","session_id":7}"#,
+            )],
+            "valid_session_id",
+            Some("\"session_id\":7"),
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(INIT), json(RESULT)],
+            "valid_session_id",
+            None,
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(r#"{"type":"result","subtype":"success"}"#)],
+            "session_id_reported",
+            Some("no system/init or result line"),
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(RESULT)],
+            "session_id_reported",
+            None,
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(RESULT)],
+            "init_first",
+            Some("turn 1, stdout line 1"),
+        );
+        check(
+            p,
+            Stage::Turn(1),
+            &[json(INIT), json(RESULT)],
+            "init_first",
+            None,
+        );
+    }
+
+    #[test]
+    fn a_terminal_after_the_last_turn_is_an_extra_terminal() {
+        check(
+            Protocol::AwpJsonl,
+            Stage::AfterLastTurn,
+            &[json(RESULT)],
+            "one_terminal_per_turn",
+            Some("after the turn had completed"),
+        );
+        check(
+            Protocol::AwpJsonl,
+            Stage::AfterLastTurn,
+            &[json(r#"{"type":"message_stop"}"#)],
+            "one_terminal_per_turn",
+            Some("message_stop"),
+        );
+        // In stream-json only `result` is terminal; wrapped message_stop never is.
+        check(
+            Protocol::StreamJson,
+            Stage::AfterLastTurn,
+            &[json(r#"{"type":"message_stop"}"#)],
+            "one_terminal_per_turn",
+            None,
+        );
+        check(
+            Protocol::AwpJsonl,
+            Stage::AfterLastTurn,
+            &[json(
+                r#"{"type":"stream_event","event":{"type":"message_stop"}}"#,
+            )],
+            "one_terminal_per_turn",
+            None,
+        );
+    }
+
+    #[test]
+    fn evidence_is_bounded_and_escaped() {
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 10);
+        let long = format!(
+            "{{\"type\":\"result\",\"session_id\":\"{}\"}}",
+            "é".repeat(300)
+        );
+        book.observe_frame(Stage::Turn(1), &json(&long));
+        let Outcome::Fail { evidence } = verdict(book, "valid_session_id") else {
+            panic!("invalid id accepted");
+        };
+        assert!(
+            evidence.ends_with(&format!("… ({} bytes)", long.len())),
+            "{evidence}"
+        );
+        assert!(evidence.len() < 100, "{evidence}");
+        assert_eq!(escape("a\nb\u{2028}", 100), "a\\nb\\u{2028}");
+        assert_eq!(escape("ééé", 3), "é");
+    }
+
+    #[test]
+    fn turn_outcomes_map_to_rules() {
+        let outcome = |status: crate::TurnStatus, usage: bool| {
+            let mut outcome = TurnOutcome::new(status);
+            if usage {
+                outcome.usage = Some(crate::Usage {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                    cache_read_input_tokens: None,
+                    cache_creation_input_tokens: None,
+                });
+            }
+            outcome
+        };
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(
+            Stage::Turn(1),
+            &outcome(crate::TurnStatus::Success, false),
+            Some(RESULT.as_bytes()),
+        );
+        let report = book.finish("x");
+        assert_eq!(report.failed_ids(), vec!["terminal_has_usage"]);
+        assert_eq!(
+            report.get("one_terminal_per_turn").map(|r| &r.outcome),
+            Some(&Outcome::Pass)
+        );
+
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(
+            Stage::Turn(1),
+            &outcome(
+                crate::TurnStatus::Failed {
+                    code: codes::AGENT_EXITED_MID_TURN.into(),
+                    detail: Some("exit code 3".into()),
+                },
+                false,
+            ),
+            Some(br#"{"type":"content_block_delta"}"#),
+        );
+        let report = book.finish("x");
+        let Some(Outcome::Fail { evidence }) = report
+            .get("one_terminal_per_turn")
+            .map(|r| r.outcome.clone())
+        else {
+            panic!("mid-turn exit passed");
+        };
+        assert!(
+            evidence.contains("exited before a terminal event (exit code 3)"),
+            "{evidence}"
+        );
+        assert!(!report.passed());
+
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(
+            Stage::Turn(2),
+            &outcome(
+                crate::TurnStatus::Failed {
+                    code: codes::AGENT_ERROR.into(),
+                    detail: Some("fixture_failure".into()),
+                },
+                true,
+            ),
+            None,
+        );
+        assert_eq!(book.finish("x").failed_ids(), vec!["turn_succeeds"]);
+    }
+
+    #[test]
+    fn report_passes_only_without_must_failures_and_renders_every_rule() {
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        for rule in RULES {
+            book.pass(rule.id);
+        }
+        book.fail("init_first", "turn 1, stdout line 1: x".into());
+        let report = book.finish("x");
+        assert!(report.passed());
+        let text = report.render_text();
+        assert!(text.contains("WARN  init_first"), "{text}");
+        assert!(
+            text.contains("conformant: 12 of 12 required rules passed"),
+            "{text}"
+        );
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("PASS")).count(),
+            RULES.len() - 1
+        );
+
+        let report = RuleBook::new(Protocol::AwpJsonl, 80).finish("never ran");
+        assert!(!report.passed());
+        assert!(report.render_text().contains("SKIP  launch_contract"));
+        let json = serde_json::to_value(&report.rules[0]).expect("json");
+        assert_eq!(json["outcome"], "skipped");
+        assert_eq!(json["why"], "never ran");
+    }
+}

@@ -1,0 +1,184 @@
+//! The conformance check against real agents: it passes for `awp-agent` and the `awp-fixture` in its
+//! well-behaved modes, and fails with the right rule and evidence for misbehaving modes.
+//! Build the agents first: `cargo build -p awp-agent -p agentwire-fixture-agents`.
+
+use std::time::Duration;
+
+use agentwire_awp::conformance::{CheckPlan, CheckReport, Outcome, run_check};
+use agentwire_awp::{LaunchConfig, Protocol};
+
+fn fixture(mode: &str, protocol: Protocol) -> CheckPlan {
+    let mut launch = LaunchConfig::new(agentwire_testkit::bin_path("awp-fixture"));
+    launch.prefix_args = vec!["--mode".into(), mode.into()];
+    launch.protocol = protocol;
+    launch.default_model = Some("fixture-model".into());
+    let mut plan = CheckPlan::new(launch);
+    // Short waits keep the suite fast; they are bounds, not synchronization.
+    plan.limits.quiet_window = Duration::from_millis(300);
+    plan.limits.exit_grace = Duration::from_secs(2);
+    plan.limits.turn_timeout = Duration::from_secs(30);
+    plan
+}
+
+/// Runs the check and asserts exactly `failing` rules fail, each with evidence containing the given text.
+async fn check(plan: CheckPlan, failing: &[(&str, &str)]) -> CheckReport {
+    let report = run_check(plan).await;
+    let text = report.render_text();
+    let failed = report.failed_ids();
+    let expected: Vec<&str> = failing.iter().map(|(id, _)| *id).collect();
+    assert_eq!(failed, expected, "report:\n{text}");
+    for (id, evidence_part) in failing {
+        match report.get(id).map(|r| &r.outcome) {
+            Some(Outcome::Fail { evidence }) => {
+                assert!(
+                    evidence.contains(evidence_part),
+                    "{id}: {evidence:?} lacks {evidence_part:?}\n{text}"
+                )
+            }
+            other => panic!("{id}: {other:?}\n{text}"),
+        }
+    }
+    if failing.is_empty() {
+        assert!(report.passed(), "report:\n{text}");
+        assert!(
+            report.rules.iter().all(|r| r.outcome == Outcome::Pass),
+            "every rule judged and passed:\n{text}"
+        );
+    }
+    report
+}
+
+#[tokio::test]
+async fn awp_agent_is_conformant() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut launch = LaunchConfig::new(agentwire_testkit::bin_path("awp-agent"));
+    launch.env.insert(
+        "AWP_AGENT_SESSION_DIR".into(),
+        tmp.path().join("sessions").display().to_string(),
+    );
+    let mut plan = CheckPlan::new(launch);
+    plan.limits.quiet_window = Duration::from_millis(300);
+    check(plan, &[]).await;
+}
+
+#[tokio::test]
+async fn fixture_normal_and_stream_json_are_conformant() {
+    check(fixture("normal", Protocol::AwpJsonl), &[]).await;
+    check(fixture("stream-json", Protocol::StreamJson), &[]).await;
+    check(fixture("tool-use", Protocol::AwpJsonl), &[]).await;
+    check(fixture("message-stop", Protocol::AwpJsonl), &[]).await;
+    // Reporting a different id on resume is allowed by the protocol.
+    check(fixture("resume-different-id", Protocol::AwpJsonl), &[]).await;
+}
+
+#[tokio::test]
+async fn output_before_input_is_caught_with_the_line() {
+    check(
+        fixture("output-before-input", Protocol::AwpJsonl),
+        &[(
+            "no_output_before_input",
+            "before any input, stdout line 1: {\"type\":\"system\",\"subtype\":\"init\"",
+        )],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exit_mid_turn_is_caught() {
+    let report = check(
+        fixture("exit-mid-turn", Protocol::AwpJsonl),
+        &[
+            (
+                "one_terminal_per_turn",
+                "turn 1: the process exited before a terminal event (exit code 3); last line: {\"type\":\"content_block_delta\"",
+            ),
+            ("resume_accepted", "resumed turn (--resume fixture-"),
+        ],
+    )
+    .await;
+    assert!(!report.passed());
+    assert!(matches!(
+        report.get("second_turn_same_process").map(|r| &r.outcome),
+        Some(Outcome::Skipped { .. })
+    ));
+}
+
+#[tokio::test]
+async fn invalid_session_id_is_caught() {
+    let report = check(
+        fixture("invalid-session-id", Protocol::AwpJsonl),
+        &[
+            ("valid_session_id", "turn 1, stdout line 1: {\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"bad id/with spaces!\""),
+        ],
+    )
+    .await;
+    // No valid id, so resume cannot be judged.
+    assert!(matches!(
+        report.get("resume_accepted").map(|r| &r.outcome),
+        Some(Outcome::Skipped { .. })
+    ));
+}
+
+#[tokio::test]
+async fn banner_on_stdout_is_caught() {
+    check(
+        fixture("banner", Protocol::AwpJsonl),
+        &[(
+            "stdout_only_json",
+            "turn 1, stdout line 1: Welcome to fixture-agent v0.0.0 (not JSON) (not a JSON line)",
+        )],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn failing_and_hanging_agents_are_caught() {
+    check(
+        fixture("error-result", Protocol::AwpJsonl),
+        &[
+            (
+                "turn_succeeds",
+                "turn 1: failed with agent_error (fixture_failure)",
+            ),
+            ("resume_accepted", "agent_error (fixture_failure)"),
+        ],
+    )
+    .await;
+    check(
+        fixture("no-result-field", Protocol::AwpJsonl),
+        &[
+            (
+                "turn_succeeds",
+                "turn 1: failed with agent_error (error_during_execution)",
+            ),
+            ("resume_accepted", "agent_error (error_during_execution)"),
+            ("terminal_has_usage", "turn 1: terminal event without usage"),
+        ],
+    )
+    .await;
+    let mut hang = fixture("result-hang", Protocol::AwpJsonl);
+    hang.limits.turn_timeout = Duration::from_secs(2);
+    check(
+        hang,
+        &[
+            (
+                "one_terminal_per_turn",
+                "turn 2: no terminal event within 2 s; last line: no output",
+            ),
+            ("second_turn_same_process", "turn 2: no terminal event"),
+            (
+                "exits_on_stdin_eof",
+                "resumed process, still running 2 s after stdin was closed; stopped by sigterm",
+            ),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_command_outside_the_launch_contract_is_refused() {
+    let report = run_check(CheckPlan::new(LaunchConfig::new("relative/agent"))).await;
+    assert_eq!(report.failed_ids(), vec!["launch_contract"]);
+    assert!(!report.passed());
+    assert!(report.render_text().contains("SKIP  spawns"));
+}
