@@ -147,8 +147,12 @@ pub struct ErrorObject {
     pub code: ErrorCode,
     /// A short description.
     pub message: String,
-    /// Extra information, omitted from the JSON when `None`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Extra information, omitted from the JSON when `None`; `"data": null` is kept as `Some(Value::Null)`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub data: Option<Value>,
 }
 
@@ -401,59 +405,78 @@ impl Message {
     }
 }
 
-impl<'a> Envelope<'a> {
+impl Envelope<'_> {
     fn validate(self) -> Result<Message, InvalidMessage> {
-        let recovered_id = self.id.clone().flatten();
         let response_like =
             self.method.is_none() && (self.result.is_some() || self.error.is_some());
-        let invalid = |reason: &str| InvalidMessage {
+        // The id is cloned only on the error paths.
+        let invalid = |id: Option<&RequestId>, reason: &str| InvalidMessage {
             code: ErrorCode::INVALID_REQUEST,
-            id: recovered_id.clone(),
+            id: id.cloned(),
             response_like,
             batch: false,
             reason: reason.to_owned(),
         };
+        let id = self.id;
         match self.jsonrpc.as_deref() {
             Some(JSONRPC_VERSION) => {}
-            Some(_) => return Err(invalid("\"jsonrpc\" must be \"2.0\"")),
-            None => return Err(invalid("missing \"jsonrpc\":\"2.0\"")),
+            Some(_) => return Err(invalid(flat_id(&id), "\"jsonrpc\" must be \"2.0\"")),
+            None => return Err(invalid(flat_id(&id), "missing \"jsonrpc\":\"2.0\"")),
         }
         let params = match self.params {
             None | Some(Value::Null) => None,
             Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
-            Some(_) => return Err(invalid("\"params\" must be an object or an array")),
+            Some(_) => {
+                return Err(invalid(
+                    flat_id(&id),
+                    "\"params\" must be an object or an array",
+                ));
+            }
         };
         if let Some(method) = self.method {
             if self.result.is_some() || self.error.is_some() {
-                return Err(invalid("a request must not carry \"result\" or \"error\""));
+                return Err(invalid(
+                    flat_id(&id),
+                    "a request must not carry \"result\" or \"error\"",
+                ));
             }
-            return match self.id {
+            return match id {
                 None => Ok(Message::Notification(Notification { method, params })),
-                Some(None) => Err(invalid("a request id must not be null")),
+                Some(None) => Err(invalid(None, "a request id must not be null")),
                 Some(Some(id)) => Ok(Message::Request(Request { id, method, params })),
             };
         }
-        let Some(id) = self.id else {
-            return Err(invalid("neither \"method\" nor \"id\""));
+        let Some(id) = id else {
+            return Err(invalid(None, "neither \"method\" nor \"id\""));
         };
         if params.is_some() {
-            return Err(invalid("a response must not carry \"params\""));
+            return Err(invalid(id.as_ref(), "a response must not carry \"params\""));
         }
         let result = match (self.result, self.error) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
+                    id.as_ref(),
                     "a response must not carry both \"result\" and \"error\"",
                 ));
             }
-            (None, None) => return Err(invalid("a response needs \"result\" or \"error\"")),
+            (None, None) => {
+                return Err(invalid(
+                    id.as_ref(),
+                    "a response needs \"result\" or \"error\"",
+                ));
+            }
             (Some(result), None) => Ok(result),
             (None, Some(error)) => Err(error),
         };
         if id.is_none() && result.is_ok() {
-            return Err(invalid("a success response must not have a null id"));
+            return Err(invalid(None, "a success response must not have a null id"));
         }
         Ok(Message::Response(Response { id, result }))
     }
+}
+
+fn flat_id(id: &Option<Option<RequestId>>) -> Option<&RequestId> {
+    id.as_ref().and_then(Option::as_ref)
 }
 
 /// The slow path, only for text that failed the fast path: find out what the text was and recover its id.
@@ -832,5 +855,96 @@ mod tests {
         let ok: Message = serde_json::from_value(json!({"jsonrpc":"2.0","method":"m"})).unwrap();
         assert_eq!(ok, Message::Notification(Notification::new("m", None)));
         assert!(serde_json::from_value::<Message>(json!({"method":"m"})).is_err());
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                ".{0,12}".prop_map(Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map(".{0,6}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn params() -> impl Strategy<Value = Option<Value>> {
+            prop_oneof![
+                Just(None),
+                prop::collection::vec(json_value(), 0..3).prop_map(|v| Some(Value::Array(v))),
+                prop::collection::btree_map(".{0,6}", json_value(), 0..3)
+                    .prop_map(|m| Some(Value::Object(m.into_iter().collect()))),
+            ]
+        }
+
+        fn request_id() -> impl Strategy<Value = RequestId> {
+            prop_oneof![
+                any::<i64>().prop_map(RequestId::Number),
+                ".{0,10}".prop_map(RequestId::String)
+            ]
+        }
+
+        fn message() -> impl Strategy<Value = Message> {
+            let error = (any::<i32>(), ".{0,10}", prop::option::of(json_value())).prop_map(
+                |(code, message, data)| ErrorObject {
+                    code: ErrorCode(code),
+                    message,
+                    data,
+                },
+            );
+            prop_oneof![
+                (request_id(), ".{1,12}", params())
+                    .prop_map(|(id, m, p)| Message::Request(Request::new(id, m, p))),
+                (".{1,12}", params())
+                    .prop_map(|(m, p)| Message::Notification(Notification::new(m, p))),
+                (request_id(), json_value())
+                    .prop_map(|(id, r)| Message::Response(Response::ok(id, r))),
+                (prop::option::of(request_id()), error)
+                    .prop_map(|(id, e)| Message::Response(Response::error(id, e))),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn every_message_round_trips_through_one_line(message in message()) {
+                let line = message.to_line().unwrap();
+                prop_assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+                let body = &line[..line.len() - 1];
+                prop_assert_eq!(Message::from_slice(body).unwrap(), message);
+            }
+
+            #[test]
+            fn arbitrary_bytes_never_panic_and_answers_encode(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+                let answer = match Message::from_slice(&bytes) {
+                    Ok(_) => None,
+                    Err(invalid) => invalid.answer(),
+                };
+                if let Some(answer) = answer {
+                    let line = Message::Response(answer).to_line().unwrap();
+                    prop_assert!(Message::from_slice(&line[..line.len() - 1]).is_ok());
+                }
+            }
+
+            #[test]
+            fn arbitrary_json_is_a_message_or_an_invalid_request(value in json_value()) {
+                let text = serde_json::to_vec(&value).unwrap();
+                match Message::from_slice(&text) {
+                    Ok(message) => {
+                        let line = message.to_line().unwrap();
+                        prop_assert_eq!(Message::from_slice(&line[..line.len() - 1]).unwrap(), message);
+                    }
+                    Err(invalid) => prop_assert_eq!(invalid.code, ErrorCode::INVALID_REQUEST),
+                }
+            }
+        }
     }
 }
