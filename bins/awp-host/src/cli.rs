@@ -46,6 +46,9 @@ pub enum Command {
     /// List configured agents.
     #[command(subcommand)]
     Agents(AgentsCommand),
+    /// Check an agent CLI against the AWP protocol rules (a scripted two-turn conversation plus a resume).
+    #[command(after_help = CHECK_EXAMPLES)]
+    Check(CheckArgs),
 }
 
 const CHAT_EXAMPLES: &str = "\
@@ -126,4 +129,32 @@ pub enum AgentsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+const CHECK_EXAMPLES: &str = "\
+Examples:
+  awp-host check -- /usr/local/bin/awp-agent
+  awp-host check --protocol stream-json -- /usr/local/bin/claude --permission-mode default
+  awp-host check --json -- ./target/debug/awp-fixture --mode banner
+
+Prints each rule as PASS, FAIL, WARN (a recommendation not followed) or SKIP, with evidence.
+Exit 0 when every required rule passes, 8 when one fails or cannot be judged, 3 when the agent
+cannot be launched or started, 2 for usage errors. The agent gets the OS environment allowlist only.";
+
+/// `check` arguments.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Protocol the agent speaks
+    #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json"])]
+    pub protocol: String,
+    /// Model to pass with --model on every launch [default: none]
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Print the report as JSON (`{"rules":[{"id","severity","description","outcome",…}]}`)
+    #[arg(long)]
+    pub json: bool,
+    /// The agent command after `--`: its executable (a relative path is taken from the current directory),
+    /// then its arguments
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }

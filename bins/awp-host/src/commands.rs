@@ -12,7 +12,7 @@ use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::cli::{AgentsCommand, ChatArgs, Cli, Command, ThreadsCommand};
+use crate::cli::{AgentsCommand, ChatArgs, CheckArgs, Cli, Command, ThreadsCommand};
 use crate::exit::Exit;
 use crate::render::{Format, Renderer, failure_message, status_line};
 
@@ -34,6 +34,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Agents(AgentsCommand::List { json }) => {
             agents_list(cli.config_dir.as_deref(), json)
         }
+        Command::Check(args) => check(args).await,
     }
 }
 
@@ -450,4 +451,59 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     text.push_str("(* = default agent)\n");
     print_out(&text)?;
     Ok(Exit::Ok)
+}
+
+async fn check(args: CheckArgs) -> Result<Exit, Failure> {
+    use agentwire_awp::conformance::{CheckPlan, Outcome, run_check};
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(usage(
+            "command_missing",
+            "no agent command given after `--`",
+        ));
+    };
+    let mut executable = std::path::PathBuf::from(program);
+    if executable.is_relative() {
+        let cwd = std::env::current_dir()
+            .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e))?;
+        executable = cwd.join(executable);
+    }
+    let protocol = args
+        .protocol
+        .parse()
+        .map_err(|e: agentwire_awp::LaunchError| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let mut launch = agentwire_awp::LaunchConfig::new(executable);
+    launch.prefix_args = rest.to_vec();
+    launch.protocol = protocol;
+    let mut plan = CheckPlan::new(launch);
+    plan.model = args.model;
+    let report = run_check(plan).await;
+    if args.json {
+        let value = serde_json::to_value(&report)
+            .map_err(|e| Failure::from_error(Exit::Protocol, "internal", &e))?;
+        print_out(&format!("{value}\n"))?;
+    } else {
+        print_out(&report.render_text())?;
+    }
+    if report.passed() {
+        return Ok(Exit::Ok);
+    }
+    let not_started = ["launch_contract", "spawns"].iter().any(|id| {
+        report
+            .get(id)
+            .is_some_and(|r| matches!(r.outcome, Outcome::Fail { .. }))
+    });
+    if not_started {
+        Err(Failure::new(
+            Exit::AgentUnavailable,
+            "agent_unavailable",
+            "the agent could not be launched",
+        ))
+    } else {
+        let failed = report.failed_ids().join(", ");
+        Err(Failure::new(
+            Exit::Protocol,
+            "check_failed",
+            format!("the agent is not conformant: {failed}"),
+        ))
+    }
 }

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use agentwire_process::{Child, Command, StdoutItem};
@@ -177,8 +177,4 @@ pub fn thread_id(out: &Output) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("no thread id: {out:?}"))
         .to_owned()
-}
-
-pub fn exists(p: &Path) -> bool {
-    p.exists()
 }
