@@ -27,7 +27,9 @@ mod session_id;
 pub use event::{EventError, OutputEvent};
 pub use input::{ContentBlock, shutdown_line, user_line};
 pub use launch::{LaunchConfig, LaunchError, LaunchPlan, Protocol};
-pub use machine::{Action, Counters, ExitInfo, Limits, MachineConfig, TurnMachine, TurnRejected};
+pub use machine::{
+    Action, Counters, ExitInfo, Limits, MachineConfig, StdoutDecoder, TurnMachine, TurnRejected,
+};
 pub use normalized::{NormalizedEvent, TurnOutcome, TurnStatus, Usage, codes};
 pub use session::{AgentSession, Diagnostics, SessionOptions, SpawnError, TurnError};
 pub use session_id::{InvalidSessionId, MAX_SESSION_ID_BYTES, SessionId};

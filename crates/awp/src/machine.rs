@@ -45,7 +45,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use agentwire_jsonl::Frame;
+use agentwire_jsonl::{Frame, JsonlDecoder};
+use bytes::BytesMut;
 use serde_json::Value;
 
 use crate::event::{Delta, MessageBlock, OutputEvent, ReportedSessionId, ResultEvent, StreamEvent};
@@ -287,6 +288,7 @@ pub struct TurnMachine {
     config: MachineConfig,
     phase: Phase,
     first_input_sent: bool,
+    exited: bool,
     latest_session_id: Option<SessionId>,
     events: VecDeque<NormalizedEvent>,
     actions: VecDeque<Action>,
@@ -301,6 +303,7 @@ impl TurnMachine {
             config,
             phase: Phase::Idle,
             first_input_sent: false,
+            exited: false,
             latest_session_id,
             events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -318,13 +321,21 @@ impl TurnMachine {
     /// # Errors
     /// [`TurnRejected`] when a turn is running or the runtime is over (no turn is started).
     pub fn handle_input_sent(&mut self, now: Instant) -> Result<(), TurnRejected> {
+        self.can_accept_turn()?;
+        self.first_input_sent = true;
+        self.counters.turns_started += 1;
+        self.phase = Phase::InTurn(Box::new(Turn::new(now)));
+        Ok(())
+    }
+
+    /// Whether [`handle_input_sent`](Self::handle_input_sent) would accept a turn now (check before writing).
+    ///
+    /// # Errors
+    /// [`TurnRejected`]: a turn is running, the runtime was terminated (line limit, idle timeout, cancel — even
+    /// when the process has exited since), or the process exited.
+    pub fn can_accept_turn(&self) -> Result<(), TurnRejected> {
         match self.phase {
-            Phase::Idle => {
-                self.first_input_sent = true;
-                self.counters.turns_started += 1;
-                self.phase = Phase::InTurn(Box::new(Turn::new(now)));
-                Ok(())
-            }
+            Phase::Idle => Ok(()),
             Phase::InTurn(_) => Err(TurnRejected::TurnInProgress),
             Phase::Terminated => Err(TurnRejected::Terminated),
             Phase::Exited => Err(TurnRejected::Exited),
@@ -369,17 +380,16 @@ impl TurnMachine {
 
     /// A stdout line over the limit (`bytes` long) was discarded: terminate the runtime.
     pub fn handle_line_too_long(&mut self, bytes: u64, _now: Instant) {
+        tracing::warn!(bytes, "agent stdout line over the limit");
         self.counters.lines_too_long += 1;
         match self.phase {
             Phase::Exited | Phase::Terminated => {}
             Phase::Idle | Phase::InTurn(_) => {
-                self.terminate(
-                    codes::STDOUT_LINE_TOO_LONG,
-                    Some(format!(
-                        "line of {bytes} bytes exceeds the limit of {} bytes",
-                        self.config.limits.max_line_bytes
-                    )),
+                let detail = format!(
+                    "stdout line over {} bytes",
+                    self.config.limits.max_line_bytes
                 );
+                self.terminate(codes::STDOUT_LINE_TOO_LONG, Some(detail));
             }
         }
     }
@@ -392,7 +402,10 @@ impl TurnMachine {
                 detail: Some(exit.describe()),
             });
         }
-        self.phase = Phase::Exited;
+        self.exited = true;
+        if !matches!(self.phase, Phase::Terminated) {
+            self.phase = Phase::Exited;
+        }
     }
 
     /// Time passed: fails the turn with `agent_idle_timeout` once [`poll_timeout`](Self::poll_timeout) is due.
@@ -445,7 +458,7 @@ impl TurnMachine {
 
     /// True once the process exit was handled.
     pub fn has_exited(&self) -> bool {
-        matches!(self.phase, Phase::Exited)
+        self.exited
     }
 
     /// The latest valid session id reported (or resumed from).
@@ -823,6 +836,65 @@ impl TurnMachine {
         if terminal {
             self.complete(TurnStatus::Success);
         }
+    }
+}
+
+/// Sans-IO stdout framing for the machine: bytes in, JSON Lines frames into [`TurnMachine::handle_frame`].
+///
+/// An over-long line is reported ([`TurnMachine::handle_line_too_long`]) as soon as the unbroken buffer crosses
+/// the limit, not when its newline finally arrives (the decoder's `Frame::TooLong` then is skipped): an agent that
+/// floods stdout without a newline must not hang the turn (`protocols/awp.md`: "an unbroken stdout buffer over
+/// 4 MiB terminates the runtime"; the limit is per line, not per read chunk). Memory held is at most one line.
+#[derive(Debug)]
+pub struct StdoutDecoder {
+    decoder: JsonlDecoder,
+    buf: BytesMut,
+    /// The current over-long line was already reported.
+    reported_discard: bool,
+}
+
+impl StdoutDecoder {
+    /// A decoder for lines of at most `max_line_bytes` (use [`Limits::max_line_bytes`]).
+    pub fn new(max_line_bytes: usize) -> Self {
+        let limits = agentwire_jsonl::Limits {
+            max_line_bytes,
+            ..agentwire_jsonl::Limits::default()
+        };
+        Self {
+            decoder: JsonlDecoder::new(limits),
+            buf: BytesMut::new(),
+            reported_discard: false,
+        }
+    }
+
+    /// Feeds a chunk of stdout (any split) and hands every complete frame to `machine`.
+    pub fn feed(&mut self, machine: &mut TurnMachine, bytes: &[u8], now: Instant) {
+        self.buf.extend_from_slice(bytes);
+        while let Some(frame) = self.decoder.decode(&mut self.buf) {
+            self.handle(machine, &frame, now);
+        }
+        if let Some(discarded) = self
+            .decoder
+            .discarding_bytes()
+            .filter(|_| !self.reported_discard)
+        {
+            self.reported_discard = true;
+            machine.handle_line_too_long(discarded, now);
+        }
+    }
+
+    /// Stdout ended: hands over the final unterminated line, if any.
+    pub fn finish(&mut self, machine: &mut TurnMachine, now: Instant) {
+        while let Some(frame) = self.decoder.decode_eof(&mut self.buf) {
+            self.handle(machine, &frame, now);
+        }
+    }
+
+    fn handle(&mut self, machine: &mut TurnMachine, frame: &Frame, now: Instant) {
+        if matches!(frame, Frame::TooLong { .. }) && std::mem::take(&mut self.reported_discard) {
+            return;
+        }
+        machine.handle_frame(frame, now);
     }
 }
 
@@ -1317,7 +1389,7 @@ mod tests {
             config,
             &[Input, Line(ok), Input, Line(ok)],
             &[
-                r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"line of 37 bytes exceeds the limit of 36 bytes"}"#,
+                r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"stdout line over 36 bytes"}"#,
                 "action:stdout_line_too_long",
                 "rejected:agent_terminated",
             ],

@@ -15,7 +15,7 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use crate::machine::{
-    Action, Counters, ExitInfo, Limits, MachineConfig, TurnMachine, TurnRejected,
+    Action, Counters, ExitInfo, Limits, MachineConfig, StdoutDecoder, TurnMachine, TurnRejected,
 };
 use crate::{ContentBlock, LaunchPlan, NormalizedEvent, SessionId, user_line};
 
@@ -126,6 +126,7 @@ pub struct Diagnostics {
 pub struct AgentSession {
     child: Child,
     stdout: Option<Stdout>,
+    reader: StdoutDecoder,
     machine: TurnMachine,
     stop_plan: StopPlan,
     exit: Option<ExitStatus>,
@@ -153,16 +154,13 @@ impl AgentSession {
         plan: &LaunchPlan,
         options: SessionOptions,
     ) -> Result<AgentSession, SpawnError> {
-        let decoder_limits = agentwire_jsonl::Limits {
-            max_line_bytes: options.limits.max_line_bytes,
-            ..agentwire_jsonl::Limits::default()
-        };
+        let reader = StdoutDecoder::new(options.limits.max_line_bytes);
         let mut command = Command::new(&plan.program);
         command
             .args(&plan.args)
             .inherit_os_env()
             .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout_jsonl(decoder_limits)
+            .stdout_bytes()
             .config(options.child.clone());
         if let Some(cwd) = &options.cwd {
             command.current_dir(cwd);
@@ -178,6 +176,7 @@ impl AgentSession {
         Ok(AgentSession {
             child,
             stdout,
+            reader,
             machine,
             stop_plan: options.stop_plan,
             exit: None,
@@ -194,16 +193,9 @@ impl AgentSession {
         if blocks.is_empty() {
             return Err(TurnError::EmptyTurn);
         }
-        if self.machine.in_turn() {
-            return Err(TurnRejected::TurnInProgress.into());
-        }
-        if self.machine.is_finished() || self.stop_pending {
-            return Err(if self.machine.has_exited() {
-                TurnRejected::Exited
-            } else {
-                TurnRejected::Terminated
-            }
-            .into());
+        self.machine.can_accept_turn()?;
+        if self.stop_pending {
+            return Err(TurnRejected::Terminated.into());
         }
         self.drain_ready_output();
         if self.child.try_wait().is_some() {
@@ -241,7 +233,8 @@ impl AgentSession {
     }
 
     /// Stops the process with the stop ladder (idempotent) and ends the session; a running turn completes with
-    /// `cancelled`.
+    /// `cancelled`. Returns once stderr collection ended too (bounded by the drain window), so that
+    /// [`diagnostics`](Self::diagnostics) holds the complete tail.
     pub async fn stop(&mut self) -> StopOutcome {
         if !self.machine.is_finished() {
             self.machine.handle_cancel(now());
@@ -249,6 +242,8 @@ impl AgentSession {
         }
         let outcome = self.stop_draining().await;
         self.stop_pending = false;
+        // Stderr collection ends at EOF or exit + drain window: afterwards `diagnostics()` has the whole tail.
+        self.child.stderr_tail().finished().await;
         outcome
     }
 
@@ -291,8 +286,9 @@ impl AgentSession {
         };
         loop {
             match stdout.next().now_or_never() {
-                Some(Some(item)) => handle_item(&mut self.machine, item),
+                Some(Some(item)) => feed(&mut self.reader, &mut self.machine, item),
                 Some(None) => {
+                    self.reader.finish(&mut self.machine, now());
                     self.stdout = None;
                     return;
                 }
@@ -323,8 +319,11 @@ impl AgentSession {
                     tokio::select! {
                         outcome = &mut stop => break outcome,
                         item = stdout.next() => match item {
-                            Some(item) => handle_item(&mut self.machine, item),
-                            None => self.stdout = None,
+                            Some(item) => feed(&mut self.reader, &mut self.machine, item),
+                            None => {
+                                self.reader.finish(&mut self.machine, now());
+                                self.stdout = None;
+                            }
                         },
                     }
                 }
@@ -350,8 +349,9 @@ impl AgentSession {
             Some(stdout) => {
                 tokio::select! {
                     item = stdout.next() => match item {
-                        Some(item) => handle_item(&mut self.machine, item),
+                        Some(item) => feed(&mut self.reader, &mut self.machine, item),
                         None => {
+                            self.reader.finish(&mut self.machine, now());
                             if let Some(end) = stdout.end() {
                                 tracing::debug!(?end, "agent stdout ended");
                             }
@@ -374,10 +374,11 @@ impl AgentSession {
     }
 }
 
-fn handle_item(machine: &mut TurnMachine, item: StdoutItem) {
+fn feed(reader: &mut StdoutDecoder, machine: &mut TurnMachine, item: StdoutItem) {
     match item {
+        StdoutItem::Bytes(bytes) => reader.feed(machine, &bytes, now()),
+        // Byte mode is configured, so frames do not come; still, hand one over as it came.
         StdoutItem::Frame(frame) => machine.handle_frame(&frame, now()),
-        // Byte mode is never configured; treat anything else as a line we cannot use.
         _ => machine.handle_malformed_line(now()),
     }
 }

@@ -1,13 +1,13 @@
 //! Misbehaving agent streams (`protocols/awp.md` "Hazards"), as sans-IO tests: raw stdout bytes go through the
-//! real bounded JSON Lines decoder (4 MiB per line) and the turn machine on virtual time.
+//! shell's sans-IO `StdoutDecoder` (the real bounded JSON Lines decoder, 4 MiB per line) and the turn machine on
+//! virtual time.
 
 use std::time::{Duration, Instant};
 
+use agentwire_awp::machine::StdoutDecoder;
 use agentwire_awp::{
     Action, ExitInfo, MachineConfig, NormalizedEvent, Protocol, SessionId, TurnMachine,
 };
-use agentwire_jsonl::{JsonlDecoder, Limits};
-use bytes::BytesMut;
 
 /// One step of a scripted agent.
 enum Step {
@@ -42,8 +42,7 @@ struct Run {
 }
 
 fn run(config: MachineConfig, steps: Vec<Step>) -> Run {
-    let mut decoder = JsonlDecoder::new(Limits::default());
-    let mut buf = BytesMut::new();
+    let mut decoder = StdoutDecoder::new(config.limits.max_line_bytes);
     let mut machine = TurnMachine::new(config);
     let mut now = Instant::now();
     let mut events = Vec::new();
@@ -54,16 +53,9 @@ fn run(config: MachineConfig, steps: Vec<Step>) -> Run {
                     events.push(format!("rejected:{}", e.code()));
                 }
             }
-            Out(bytes) => {
-                buf.extend_from_slice(&bytes);
-                while let Some(frame) = decoder.decode(&mut buf) {
-                    machine.handle_frame(&frame, now);
-                }
-            }
+            Out(bytes) => decoder.feed(&mut machine, &bytes, now),
             Exit(code) => {
-                while let Some(frame) = decoder.decode_eof(&mut buf) {
-                    machine.handle_frame(&frame, now);
-                }
+                decoder.finish(&mut machine, now);
                 machine.handle_exit(
                     ExitInfo {
                         code: Some(code),
@@ -155,7 +147,7 @@ fn a_5_mb_line_is_stdout_line_too_long_and_a_3_mb_line_passes() {
         vec![Input, out(INIT), Out(five.into_bytes()), out(RESULT), Input],
         &[
             STARTED,
-            r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"line of 5000080 bytes exceeds the limit of 4194304 bytes","session_id":"s1"}"#,
+            r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"stdout line over 4194304 bytes","session_id":"s1"}"#,
             "stop:stdout_line_too_long",
             "rejected:agent_terminated",
         ],
@@ -335,4 +327,26 @@ fn invalid_utf8_and_truncated_json_are_malformed() {
         ],
     );
     assert_eq!(m.counters().malformed_lines, 2);
+}
+
+#[test]
+fn a_flood_without_newline_terminates_as_soon_as_it_crosses_the_limit() {
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut steps = vec![Input, out(INIT)];
+    // 64 chunks of 64 KiB = exactly 4 MiB: still within the limit, nothing happens.
+    steps.extend((0..64).map(|_| Out(chunk.clone())));
+    let Run { events, .. } = run(awp(), steps);
+    assert_eq!(events, [STARTED]);
+    let mut steps = vec![Input, out(INIT)];
+    steps.extend((0..64).map(|_| Out(chunk.clone())));
+    steps.push(out("x"));
+    check(
+        awp(),
+        steps,
+        &[
+            STARTED,
+            r#"{"type":"turn_completed","status":"failed","code":"stdout_line_too_long","detail":"stdout line over 4194304 bytes","session_id":"s1"}"#,
+            "stop:stdout_line_too_long",
+        ],
+    );
 }
