@@ -41,6 +41,10 @@ pub(crate) fn append_line<T: Serialize + ?Sized>(
 }
 
 /// One SIMD `memchr` pass: cheap next to serialization.
+///
+/// A typed error rather than a `debug_assert!`: compact serde_json output never holds a raw `\n`, but a
+/// `serde_json::value::RawValue` is written verbatim and may, so this is reachable from caller values and must
+/// not panic in debug builds.
 pub(crate) fn check_no_raw_newline(json: &[u8]) -> Result<(), EncodeError> {
     match memchr::memchr(b'\n', json) {
         Some(offset) => Err(EncodeError::RawNewline { offset }),
