@@ -301,7 +301,9 @@ impl Shared {
                 ended_by: StopStep::StdinClosed,
             };
         }
-        self.signal(GroupSignal::Term);
+        if !self.group_killed.load(Ordering::SeqCst) {
+            self.signal(GroupSignal::Term);
+        }
         if let Ok(status) = tokio::time::timeout(plan.term_grace, self.wait()).await {
             self.kill_all();
             return StopOutcome {

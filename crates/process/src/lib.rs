@@ -37,6 +37,23 @@
 //! - **Exit status.** [`ExitStatus`] has the code or the signal; [`ExitStatus::code_or_signal`] gives 128 + n for
 //!   a signal.
 //!
+//! # What is deliberately absent
+//!
+//! - No shell helper, no string command lines, no `inherit everything` environment mode.
+//! - Children that leave the group with `setsid`/`setpgid` are not tracked (no cgroups, no `PR_SET_CHILD_SUBREAPER`).
+//! - Non-Unix platforms: the code has `cfg` fallbacks (no process groups; the ladder ends by killing the direct
+//!   child) but is neither built nor tested there.
+//!
+//! # Code map
+//!
+//! - `command`: [`Command`], the environment allowlist and the one `tokio::process::Command::new` call site.
+//! - `child`: [`Child`]/[`ChildHandle`], the exit supervisor task, the stop ladder, [`ChildConfig`].
+//! - `stdio`: [`Stdin`], [`Stdout`] and [`StderrTail`], and the pipe readers with the drain-window rule.
+//! - `signal`: group signals via `rustix`. `tail`: the sans-IO stderr ring. `error`: [`SpawnError`], [`StdinError`].
+//!
+//! Spawning needs a tokio runtime with the IO and time drivers (`#[tokio::main]`, or `Builder::enable_all`);
+//! the supervisor and the two pipe readers run as tasks on it.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use agentwire_process::{Command, StdoutItem, StopPlan};
