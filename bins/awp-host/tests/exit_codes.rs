@@ -134,8 +134,7 @@ async fn ctrl_c_cancels_the_turn_and_exits_7() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_over_long_stdout_line_is_a_protocol_violation_exit_8() {
     let host = Host::new();
-    // A 5 000 000-byte line against the 4 MiB limit. (The `flood` mode, 10 MiB without any newline, is not
-    // used: the JSONL decoder reports an over-long line only once its newline or EOF arrives.)
+    // A 5 000 000-byte line (with its newline) against the 4 MiB limit.
     host.fixture_agent("long", "long-line", "awp-jsonl");
     let out = host.run(&["chat", "--agent", "long", "--jsonl", "x"]).await;
     check(&out, 8, "stdout_line_too_long");
@@ -143,6 +142,15 @@ async fn an_over_long_stdout_line_is_a_protocol_violation_exit_8() {
         .thread(support::result_record(&out)["thread_id"].as_str().unwrap())
         .await;
     assert_eq!(detail["runs"][0]["error"]["code"], "stdout_line_too_long");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_without_newlines_is_stopped_at_the_limit_exit_8() {
+    let host = Host::new();
+    // 10 MiB without a newline, then the agent waits: the host must not wait for the line to end.
+    host.fixture_agent("flood", "flood", "awp-jsonl");
+    let out = host.run(&["chat", "--agent", "flood", "x"]).await;
+    check(&out, 8, "stdout_line_too_long");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
