@@ -25,12 +25,12 @@ fn replay_agent(host: &Host, protocol: &str, file: &Path) {
 
 /// The `result` text of the first turn of a recording.
 fn first_result_text(file: &Path) -> String {
-    let text = std::fs::read_to_string(file).unwrap();
+    let text = std::fs::read_to_string(file).expect("read recording");
     text.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v["type"] == "result")
         .and_then(|v| v["result"].as_str().map(str::to_owned))
-        .unwrap()
+        .expect("a result line with result text")
 }
 
 fn check(file: &str, expect_stdout: &str) {
@@ -38,7 +38,7 @@ fn check(file: &str, expect_stdout: &str) {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .expect("tokio runtime");
     rt.block_on(async {
         let host = Host::new();
         replay_agent(&host, "stream-json", &recording(file));
