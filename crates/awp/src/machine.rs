@@ -22,7 +22,8 @@
 //!   exit only after stdout is drained, so a `result` still in the pipe wins.
 //! - **Output before the first input** is a protocol violation: it fails nothing. The line is discarded (never
 //!   rendered), counted in [`Counters::output_before_input`] and logged at `warn` by the shell; the process
-//!   keeps running and the first turn proceeds normally. Rationale: the rule exists so that the first event
+//!   keeps running and the first turn proceeds normally; its first event is a [`codes::OUTPUT_BEFORE_INPUT`]
+//!   notice saying how many lines were discarded. Rationale: the rule exists so that the first event
 //!   belongs to the host's session; discarding restores that without killing an agent that printed a banner.
 //!   Output between turns is handled the same way ([`Counters::output_outside_turn`]).
 //! - **Session ids** must match `[A-Za-z0-9._:-]{1,256}`. An invalid one (in `init` or `result`) is dropped,
@@ -322,9 +323,17 @@ impl TurnMachine {
     /// [`TurnRejected`] when a turn is running or the runtime is over (no turn is started).
     pub fn handle_input_sent(&mut self, now: Instant) -> Result<(), TurnRejected> {
         self.can_accept_turn()?;
+        let first = !self.first_input_sent;
         self.first_input_sent = true;
         self.counters.turns_started += 1;
         self.phase = Phase::InTurn(Box::new(Turn::new(now)));
+        if first && self.counters.output_before_input > 0 {
+            let detail = format!(
+                "{} stdout lines before the first input were discarded",
+                self.counters.output_before_input
+            );
+            self.notice(codes::OUTPUT_BEFORE_INPUT, Some(detail));
+        }
         Ok(())
     }
 
@@ -1163,7 +1172,10 @@ mod tests {
                 Line(OK),
                 Line(r#"{"type":"system","subtype":"status"}"#),
             ],
-            &[DONE_OK],
+            &[
+                r#"{"type":"notice","kind":"output_before_input","detail":"2 stdout lines before the first input were discarded"}"#,
+                DONE_OK,
+            ],
         );
         let c = m.counters();
         assert_eq!(

@@ -261,7 +261,11 @@ fn output_before_input_is_a_counted_violation_that_fails_nothing() {
     let m = check(
         awp(),
         vec![out(INIT), out("hello\n"), Input, out(INIT), out(RESULT)],
-        &[STARTED, DONE],
+        &[
+            r#"{"type":"notice","kind":"output_before_input","detail":"2 stdout lines before the first input were discarded"}"#,
+            STARTED,
+            DONE,
+        ],
     );
     assert_eq!(m.counters().output_before_input, 2);
 }
