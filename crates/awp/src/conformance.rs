@@ -37,18 +37,19 @@
 //!       evidence: turn 1, stdout line 1: Welcome to fixture-agent v0.0.0 (not JSON) (not a JSON line)
 //! ```
 
-use std::fmt::Write as _;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentwire_jsonl::Frame;
+use agentwire_jsonl::{Frame, JsonlDecoder};
 use agentwire_process::{Child, Command, ExitStatus, Stdout, StdoutItem, StopPlan};
+use bytes::BytesMut;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::event::StreamEvent;
-use crate::machine::{ExitInfo, MachineConfig, TurnMachine};
+use crate::machine::{Action, ExitInfo, MachineConfig, TurnMachine};
 use crate::{
     ContentBlock, LaunchConfig, NormalizedEvent, OutputEvent, Protocol, SessionId, TurnOutcome,
     codes, user_line,
@@ -219,9 +220,12 @@ impl CheckReport {
                 }
                 (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
             };
-            let _ = writeln!(out, "{tag}  {:<width$}  {}", rule.id, rule.description);
+            out.push_str(&format!(
+                "{tag}  {:<width$}  {}\n",
+                rule.id, rule.description
+            ));
             if let Some((label, text)) = detail {
-                let _ = writeln!(out, "      {label}: {text}");
+                out.push_str(&format!("      {label}: {text}\n"));
             }
         }
         let failed = self
@@ -229,9 +233,8 @@ impl CheckReport {
             .iter()
             .filter(|r| r.severity == Severity::Must && r.outcome != Outcome::Pass)
             .count();
-        let _ = writeln!(
-            out,
-            "{}: {} of {} required rules passed",
+        out.push_str(&format!(
+            "{}: {} of {} required rules passed\n",
             if self.passed() {
                 "conformant"
             } else {
@@ -246,7 +249,7 @@ impl CheckReport {
                 .iter()
                 .filter(|r| r.severity == Severity::Must)
                 .count(),
-        );
+        ));
         out
     }
 }
@@ -445,7 +448,7 @@ impl RuleBook {
             Frame::TooLong { bytes_discarded } => {
                 self.fail(
                     "line_within_limit",
-                    format!("{at}: a line of {bytes_discarded} bytes"),
+                    format!("{at}: a line of at least {bytes_discarded} bytes"),
                 );
                 return;
             }
@@ -536,13 +539,8 @@ impl RuleBook {
                 );
                 return;
             }
-            Some(codes::STDOUT_LINE_TOO_LONG) => {
-                self.fail(
-                    "one_terminal_per_turn",
-                    format!("{at}: the turn was ended by a stdout line over the limit"),
-                );
-                return;
-            }
+            // The line itself fails `line_within_limit`; the turn had no chance to end on its own.
+            Some(codes::STDOUT_LINE_TOO_LONG) => return,
             Some(code) => {
                 let detail = status_detail(outcome);
                 self.fail(
@@ -599,7 +597,7 @@ impl RuleBook {
             Frame::Invalid(line) => {
                 let mut shown = escape(&line.preview, self.max_evidence_bytes);
                 if line.len > line.preview.len() {
-                    let _ = write!(shown, "… ({} bytes)", line.len);
+                    shown.push_str(&format!("… ({} bytes)", line.len));
                 }
                 shown
             }
@@ -613,7 +611,7 @@ impl RuleBook {
         let text = String::from_utf8_lossy(bytes);
         let mut shown = escape(&text, self.max_evidence_bytes);
         if text.len() > self.max_evidence_bytes {
-            let _ = write!(shown, "… ({} bytes)", bytes.len());
+            shown.push_str(&format!("… ({} bytes)", bytes.len()));
         }
         shown
     }
@@ -672,8 +670,17 @@ struct Observed {
     child: Child,
     stdout: Stdout,
     machine: TurnMachine,
+    /// Stdout is read as raw bytes and framed here, so that an over-long line is noticed as soon as the
+    /// unbroken buffer crosses the limit (a flood without a newline must not wait for the turn timeout).
+    decoder: JsonlDecoder,
+    buf: BytesMut,
+    /// The over-long line being discarded was already reported (its `Frame::TooLong` is then skipped).
+    reported_discard: bool,
+    frames: VecDeque<Frame>,
     /// The stdout stream ended (EOF or exit + drain window).
     stdout_ended: bool,
+    /// The machine asked to stop the process (line limit).
+    stop_requested: Option<&'static str>,
 }
 
 /// What reading one stdout item gave.
@@ -693,10 +700,7 @@ impl Observed {
             .args(&plan.args)
             .inherit_os_env()
             .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout_jsonl(agentwire_jsonl::Limits {
-                max_line_bytes: check.limits.max_line_bytes,
-                ..agentwire_jsonl::Limits::default()
-            });
+            .stdout_bytes();
         if let Some(cwd) = &check.cwd {
             command.current_dir(cwd);
         }
@@ -713,26 +717,59 @@ impl Observed {
             child,
             stdout,
             machine: TurnMachine::new(config),
+            decoder: JsonlDecoder::new(agentwire_jsonl::Limits {
+                max_line_bytes: check.limits.max_line_bytes,
+                ..agentwire_jsonl::Limits::default()
+            }),
+            buf: BytesMut::new(),
+            reported_discard: false,
+            frames: VecDeque::new(),
             stdout_ended: false,
+            stop_requested: None,
         })
     }
 
     async fn read(&mut self, deadline: Instant) -> Read {
-        if self.stdout_ended {
-            return Read::Ended;
-        }
         loop {
+            if let Some(frame) = self.frames.pop_front() {
+                return Read::Frame(frame);
+            }
+            if self.stdout_ended {
+                return Read::Ended;
+            }
             match tokio::time::timeout_at(deadline, self.stdout.next()).await {
                 Err(_) => return Read::TimedOut,
                 Ok(None) => {
                     self.stdout_ended = true;
-                    return Read::Ended;
+                    while let Some(frame) = self.decoder.decode_eof(&mut self.buf) {
+                        self.push_frame(frame);
+                    }
                 }
-                Ok(Some(StdoutItem::Frame(frame))) => return Read::Frame(frame),
-                // Raw byte chunks only appear without `stdout_jsonl`, which is always set here.
+                Ok(Some(StdoutItem::Bytes(bytes))) => {
+                    self.buf.extend_from_slice(&bytes);
+                    while let Some(frame) = self.decoder.decode(&mut self.buf) {
+                        self.push_frame(frame);
+                    }
+                    if let Some(discarded) = self.decoder.discarding_bytes()
+                        && !self.reported_discard
+                    {
+                        self.reported_discard = true;
+                        self.frames.push_back(Frame::TooLong {
+                            bytes_discarded: discarded,
+                        });
+                    }
+                }
+                // Frames only appear with `stdout_jsonl`, which is never set here.
                 Ok(Some(_)) => {}
             }
         }
+    }
+
+    fn push_frame(&mut self, frame: Frame) {
+        if matches!(frame, Frame::TooLong { .. }) && std::mem::take(&mut self.reported_discard) {
+            return;
+        }
+        self.frames.push_back(frame);
     }
 
     /// Feeds a frame to the machine and the book; returns the turn's outcome when this frame completed it.
@@ -749,7 +786,10 @@ impl Observed {
                 outcome = Some(done);
             }
         }
-        while self.machine.poll_action().is_some() {}
+        while let Some(action) = self.machine.poll_action() {
+            let Action::StopProcess { code } = action;
+            self.stop_requested = Some(code);
+        }
         outcome
     }
 
@@ -824,13 +864,29 @@ impl Observed {
                 }
                 Read::TimedOut => {
                     book.turn_unanswered(stage, limits.turn_timeout, last_line.as_deref());
-                    self.child
-                        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
-                        .await;
+                    self.stop().await;
                     return None;
                 }
             }
         }
+    }
+
+    /// The exit status when the process has exited (or its stdout ended and it exits within `grace`).
+    async fn exited_after_turn(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Some(status) = self.child.try_wait() {
+            return Some(status);
+        }
+        if self.stdout_ended {
+            return self.wait_exit(grace).await;
+        }
+        None
+    }
+
+    /// The stop ladder without the stdin grace (the check already waited where waiting was due).
+    async fn stop(&mut self) {
+        self.child
+            .stop(StopPlan::default().stdin_grace(Duration::ZERO))
+            .await;
     }
 
     async fn wait_exit(&mut self, grace: Duration) -> Option<ExitStatus> {
@@ -903,9 +959,23 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
     let turn_1 = agent.turn(&mut book, Stage::Turn(1), first, &limits).await;
     book.first_turn_done();
     let session_id = agent.machine.session_id().cloned();
-    let alive_after_turn_1 =
-        turn_1.is_some() && agent.child.try_wait().is_none() && !agent.stdout_ended;
-    if alive_after_turn_1 {
+    let turn_1_completed = turn_1
+        .as_ref()
+        .is_some_and(|o| o.status.code() != Some(codes::AGENT_EXITED_MID_TURN));
+    if let Some(code) = agent.stop_requested {
+        // Like the host: the runtime is terminated, no further turn is accepted.
+        let why = format!("the runtime was terminated in turn 1 ({code})");
+        book.skip("second_turn_same_process", &why);
+        book.skip("exits_on_stdin_eof", &why);
+        agent.stop().await;
+    } else if !turn_1_completed {
+        book.skip("second_turn_same_process", "turn 1 did not complete");
+    } else if let Some(status) = agent.exited_after_turn(limits.exit_grace).await {
+        book.fail(
+            "second_turn_same_process",
+            format!("the process exited after turn 1 ({status})"),
+        );
+    } else {
         match agent.turn(&mut book, Stage::Turn(2), second, &limits).await {
             Some(outcome) if outcome.status.code() != Some(codes::AGENT_EXITED_MID_TURN) => {
                 book.pass("second_turn_same_process");
@@ -922,31 +992,17 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
                 "turn 2: no terminal event (see one_terminal_per_turn)".to_owned(),
             ),
         }
-    } else if let Some(status) = agent.child.try_wait().or(if agent.stdout_ended {
-        agent.wait_exit(limits.exit_grace).await
-    } else {
-        None
-    }) {
-        if turn_1
-            .as_ref()
-            .is_some_and(|o| o.status.code() != Some(codes::AGENT_EXITED_MID_TURN))
-        {
-            book.fail(
-                "second_turn_same_process",
-                format!("the process exited after turn 1 ({status})"),
+        if let Some(code) = agent.stop_requested {
+            book.skip(
+                "exits_on_stdin_eof",
+                &format!("the runtime was terminated in turn 2 ({code})"),
             );
-        } else {
-            book.skip("second_turn_same_process", "turn 1 did not complete");
+            agent.stop().await;
         }
-    } else {
-        book.skip("second_turn_same_process", "turn 1 did not complete");
     }
     agent.close(&mut book, &limits).await;
     // Make sure nothing of the first process is left (idempotent when it already exited).
-    agent
-        .child
-        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
-        .await;
+    agent.stop().await;
 
     book.observations_complete();
     let Some(session_id) = session_id else {
@@ -1008,11 +1064,15 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
             ),
         ),
     }
+    if let Some(code) = resumed.stop_requested {
+        book.skip(
+            "exits_on_stdin_eof",
+            &format!("the runtime was terminated in the resumed turn ({code})"),
+        );
+        resumed.stop().await;
+    }
     resumed.close(&mut book, &limits).await;
-    resumed
-        .child
-        .stop(StopPlan::default().stdin_grace(Duration::ZERO))
-        .await;
+    resumed.stop().await;
     book.finish("an earlier step failed")
 }
 
@@ -1118,7 +1178,7 @@ mod tests {
                 bytes_discarded: 5_000_000,
             }],
             "line_within_limit",
-            Some("a line of 5000000 bytes"),
+            Some("a line of at least 5000000 bytes"),
         );
     }
 

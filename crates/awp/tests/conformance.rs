@@ -182,3 +182,42 @@ async fn a_command_outside_the_launch_contract_is_refused() {
     assert!(!report.passed());
     assert!(report.render_text().contains("SKIP  spawns"));
 }
+
+#[tokio::test]
+async fn over_long_lines_and_floods_are_caught_without_waiting_for_a_newline() {
+    // Exactly at the limit is fine; one byte past is not.
+    let mut at_limit = fixture("long-line", Protocol::AwpJsonl);
+    at_limit
+        .launch
+        .prefix_args
+        .extend(["--line-bytes".into(), "4194304".into()]);
+    check(at_limit, &[]).await;
+    let mut past_limit = fixture("long-line", Protocol::AwpJsonl);
+    past_limit
+        .launch
+        .prefix_args
+        .extend(["--line-bytes".into(), "4194305".into()]);
+    check(
+        past_limit,
+        &[
+            (
+                "line_within_limit",
+                "turn 1, stdout line 2: a line of at least ",
+            ),
+            ("resume_accepted", "stdout_line_too_long"),
+        ],
+    )
+    .await;
+    // 10 MiB without a newline: caught as soon as the buffer crosses 4 MiB (the turn timeout is 30 s).
+    check(
+        fixture("flood", Protocol::AwpJsonl),
+        &[
+            (
+                "line_within_limit",
+                "turn 1, stdout line 2: a line of at least ",
+            ),
+            ("resume_accepted", "stdout_line_too_long"),
+        ],
+    )
+    .await;
+}
