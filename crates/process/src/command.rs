@@ -335,10 +335,19 @@ pub(crate) fn display_program(program: &OsStr) -> String {
     program.to_string_lossy().into_owned()
 }
 
+/// Whether a host variable name is on the OS allowlist. Exact on Unix; ASCII case-insensitive on Windows, whose
+/// variable names are case-insensitive (`Path`).
 fn is_os_allowlisted(name: &OsStr) -> bool {
     let Some(name) = name.to_str() else {
         return false;
     };
+    if cfg!(windows) {
+        let upper = name.to_ascii_uppercase();
+        return OS_ENV_ALLOWLIST.contains(&upper.as_str())
+            || OS_ENV_ALLOWLIST_PREFIXES
+                .iter()
+                .any(|p| upper.starts_with(p));
+    }
     OS_ENV_ALLOWLIST.contains(&name)
         || OS_ENV_ALLOWLIST_PREFIXES
             .iter()
