@@ -134,8 +134,8 @@ impl Supervisor {
 
     /// The current status.
     pub fn status(&self) -> StatusView {
-        let relay = self.relay.stats();
         let state = self.lock();
+        let relay = self.relay.stats();
         let running = matches!(state.status, AgentStatus::Running | AgentStatus::Stopping);
         StatusView {
             agent_status: state.status,
@@ -256,14 +256,16 @@ impl Supervisor {
                 "params": {"agent_status": "exited", "exit_code": code, "exit_signal": status.signal},
             })
             .to_string();
-            supervisor.relay.agent_exited(&frame);
             {
+                // Under the supervisor lock: a client that sees a 502 or the final frame then sees `exited`, and
+                // a new start cannot slip in between (lock order: supervisor, then relay; never the reverse).
                 let mut state = supervisor.lock();
                 state.status = AgentStatus::Exited;
                 state.pid = None;
                 state.exit_code = Some(code);
                 state.exit_signal = status.signal;
                 state.handle = None;
+                supervisor.relay.agent_exited(&frame);
             }
             drop(child);
             // Receivers may be gone; the state above is what counts.
@@ -295,6 +297,7 @@ impl Supervisor {
             match (state.status, state.handle.clone(), state.done.clone()) {
                 (AgentStatus::Running | AgentStatus::Stopping, Some(handle), Some(done)) => {
                     state.status = AgentStatus::Stopping;
+                    self.relay.agent_stopping();
                     (handle, done)
                 }
                 (status, _, _) => {
@@ -303,7 +306,6 @@ impl Supervisor {
                 }
             }
         };
-        self.relay.agent_stopping();
         let stdin_grace = if force {
             Duration::ZERO
         } else {

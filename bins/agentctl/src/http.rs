@@ -26,6 +26,10 @@ use crate::relay::Relay;
 /// How long a closing WebSocket gets to take its last frames and the close frame.
 pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
+/// After our close frame went out, how long we wait for the client's close frame before dropping the connection
+/// (RFC 6455 §7.1.1: the server should close the TCP connection after the closing handshake).
+pub const CLOSE_REPLY_WAIT: Duration = Duration::from_secs(2);
+
 /// The complete router, with the token check and the body limit.
 pub fn router(app: Arc<App>) -> Router {
     let body_limit = app.config.max_message_bytes;
@@ -257,10 +261,12 @@ async fn close(
         code,
         reason: reason.into(),
     };
-    let _ = tokio::time::timeout(CLOSE_GRACE, async {
-        if sink.send(Message::Close(Some(frame))).await.is_err() {
-            return;
-        }
+    match tokio::time::timeout(CLOSE_GRACE, sink.send(Message::Close(Some(frame)))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) | Err(_) => return,
+    }
+    // The client may not answer; the frame is out either way.
+    let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
         while let Some(Ok(message)) = stream.next().await {
             if matches!(message, Message::Close(_)) {
                 break;

@@ -890,3 +890,40 @@ async fn a_public_listen_address_requires_a_token() {
             .contains("AGENTCTL_TOKEN is required")
     );
 }
+
+#[tokio::test]
+async fn the_kandev_simplified_dialect_is_relayed_unchanged() {
+    let agent = support::quote(&agentwire_testkit::bin_path("kandev-fixture"));
+    let ctl = Agentctl::start(Options::agent(agent)).await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    // The document's own example request (`protocolVersion` as a string).
+    let init = ctl
+        .call_ok("initialize", json!({"protocolVersion": "1.0"}))
+        .await;
+    assert_eq!(init["protocolVersion"], "1.0");
+    let session = ctl.call_ok("session/new", json!({})).await["sessionId"].clone();
+    let accepted = ctl
+        .call_ok(
+            "session/prompt",
+            json!({"sessionId": session, "message": "fix the login bug"}),
+        )
+        .await;
+    assert_eq!(accepted, json!({"accepted": true}));
+    let content = json_until(&mut ws, |v| v["method"] == "session/update").await;
+    assert_eq!(
+        content["params"],
+        json!({"type": "content", "data": {"text": "Processing: fix the login bug"}})
+    );
+    let complete = json_until(&mut ws, |v| v["params"]["type"] == "complete").await;
+    assert_eq!(complete["params"]["data"]["success"], true);
+    // `session/cancel {reason}` makes this agent exit 0.
+    ctl.post(
+        "/api/v1/acp/send",
+        &json!({"method": "session/cancel", "params": {"reason": "user"}}),
+    )
+    .await;
+    let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
+    assert_eq!(last["params"]["exit_code"], 0);
+    assert_eq!(ctl.status().await["agent_status"], "exited");
+}

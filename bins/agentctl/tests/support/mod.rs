@@ -298,6 +298,8 @@ pub async fn next_frame(ws: &mut Ws) -> Frame {
             match ws.next().await {
                 Some(Ok(Message::Text(text))) => return Frame::Text(text.to_string()),
                 Some(Ok(Message::Close(frame))) => {
+                    // Polling once more sends our close reply, completing the closing handshake.
+                    let _ = ws.next().await;
                     return frame.map_or(Frame::Close(1005, String::new()), |f| {
                         Frame::Close(f.code.into(), f.reason.to_string())
                     });
