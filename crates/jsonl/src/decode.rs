@@ -55,6 +55,8 @@ pub enum Frame {
     ///
     /// The bytes are the line verbatim **without** its `\n` / `\r\n` terminator (surrounding spaces kept),
     /// split from the read buffer without copying, so relays can forward them as they came.
+    /// Being a view, a frame keeps the read buffer's allocation alive while it lives: copy it
+    /// (`Bytes::copy_from_slice`) before storing small frames for long.
     /// They are valid UTF-8 and hold exactly one JSON value by the grammar of RFC 8259 (whitespace around it
     /// allowed), unless the decoder was built with [`JsonlDecoder::framing_only`].
     /// Grammar only: a typed parse ([`Frame::parse`]) can still reject what the grammar allows — numbers
@@ -425,6 +427,25 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
         assert_eq!(run(&mut fresh(), &bytes), expect, "byte by byte");
+    }
+
+    #[test]
+    fn defaults_are_the_documented_values() {
+        assert_eq!(DEFAULT_MAX_LINE_BYTES, 4_194_304);
+        assert_eq!(
+            Limits::default(),
+            Limits {
+                max_line_bytes: 4 * 1024 * 1024,
+                max_preview_bytes: 256
+            }
+        );
+        assert_eq!(JsonlDecoder::default().limits(), &Limits::default());
+        let kinds = [
+            json("1").kind(),
+            invalid("x", 1, false).kind(),
+            too_long(1).kind(),
+        ];
+        assert_eq!(kinds, ["json", "invalid", "too_long"]);
     }
 
     #[test]
