@@ -111,8 +111,8 @@ pub struct Config {
     )]
     pub max_pending_agent_requests: usize,
 
-    /// Longest line of /api/v1/output content, in bytes; longer lines are cut and end with
-    /// `… [N bytes cut]`.
+    /// Longest /api/v1/output line, in bytes: a longer stderr line is split into pieces of this size; a longer
+    /// non-JSON stdout line is cut and ends with `… [N bytes cut]`.
     #[arg(long, env = "AGENTCTL_MAX_OUTPUT_LINE_BYTES", default_value_t = 16 * 1024)]
     pub max_output_line_bytes: usize,
 
