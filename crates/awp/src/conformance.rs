@@ -350,8 +350,9 @@ impl Stage {
 /// The rule checks, fed with what the IO shell observed. Pure: no clock, no IO.
 ///
 /// Use: [`observe_frame`](Self::observe_frame) for every stdout frame, [`turn_completed`](Self::turn_completed)
-/// / [`turn_unanswered`](Self::turn_unanswered) per turn, the `record_*` methods for process-level facts, then
-/// [`finish`](Self::finish).
+/// / [`turn_unanswered`](Self::turn_unanswered) per turn, [`pass`](Self::pass) / [`fail`](Self::fail) /
+/// [`skip`](Self::skip) for process-level facts, then [`finish`](Self::finish).
+/// A failure replaces an earlier pass or skip of the same rule; a pass or skip never replaces a verdict.
 #[derive(Debug)]
 pub struct RuleBook {
     protocol: Protocol,
@@ -384,7 +385,8 @@ impl RuleBook {
         self.outcomes.get_mut(index)
     }
 
-    /// Records a failure of rule `id`; the first failure of a rule is kept (later ones are dropped).
+    /// Records a failure of rule `id`; the first failure of a rule is kept (later ones are dropped), and it
+    /// replaces an earlier pass or skip.
     pub fn fail(&mut self, id: &str, evidence: String) {
         if let Some(slot) = self.slot(id)
             && !matches!(slot, Some(Outcome::Fail { .. }))
