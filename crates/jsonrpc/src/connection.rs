@@ -160,9 +160,7 @@ pub(crate) struct Shared {
     counters: Counters,
     /// Cancelled when the connection closes.
     closed: CancellationToken,
-    /// Cancelled to ask the writer to flush and stop ([`Connection::close`]).
-    shutdown: CancellationToken,
-    /// Cancelled when the writer task has ended (for any reason); also stops the reader.
+    /// Cancelled when the writer task has ended (for any reason); the writer then also aborts the reader.
     writer_done: CancellationToken,
 }
 
@@ -214,7 +212,7 @@ impl Shared {
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
-    out: mpsc::Sender<Vec<u8>>,
+    out: mpsc::Sender<Outgoing>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -326,7 +324,10 @@ impl Connection {
         let write: WriteFn = Box::new(move |lines| Box::pin(write(lines)));
         Connection::start(
             FrameSource::Frames(Box::pin(frames)),
-            LineSink::Write(write),
+            LineSink::Write {
+                write,
+                chunk: Vec::new(),
+            },
             config,
         )
     }
@@ -354,7 +355,6 @@ impl Connection {
             }),
             counters: Counters::default(),
             closed: CancellationToken::new(),
-            shutdown: CancellationToken::new(),
             writer_done: CancellationToken::new(),
         });
         let reader_task = Reader {
@@ -362,8 +362,8 @@ impl Connection {
             out: out_tx.downgrade(),
             incoming: incoming_tx,
         };
-        tokio::spawn(reader_task.run(source));
-        tokio::spawn(write_loop(sink, out_rx, shared.clone()));
+        let reader = tokio::spawn(reader_task.run(source)).abort_handle();
+        tokio::spawn(write_loop(sink, out_rx, shared.clone(), reader));
         let incoming = Incoming::new(incoming_rx, out_tx.clone());
         (
             Connection {
@@ -444,7 +444,7 @@ impl Connection {
         })
         .map_err(CallError::Encode)?;
         self.out
-            .send(line)
+            .send(Outgoing::Line(line))
             .await
             .map_err(|_| CallError::ConnectionClosed)?;
         Ok(call)
@@ -475,9 +475,9 @@ impl Connection {
         self.send_line(message.to_line()?).await
     }
 
-    pub(crate) async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
+    async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
         self.out
-            .send(line)
+            .send(Outgoing::Line(line))
             .await
             .map_err(|_| SendError::ConnectionClosed)
     }
@@ -506,11 +506,14 @@ impl Connection {
         Ok(true)
     }
 
-    /// Flushes what is queued, shuts the output down (the peer sees EOF) and closes the connection: pending calls
-    /// fail with [`CallError::ConnectionClosed`]. Waits until the writer has finished; if the peer may not be reading,
-    /// bound this with a timeout.
+    /// Writes what was queued before, shuts the output down (the peer sees EOF) and closes the connection: pending
+    /// calls fail with [`CallError::ConnectionClosed`], and messages sent after `close` began are not written (their
+    /// senders may already have been told `Ok`). Waits until the writer has finished; if the peer may not be
+    /// reading, bound this with a timeout.
     pub async fn close(&self) {
-        self.shared.shutdown.cancel();
+        // Queued behind everything sent before: the writer writes those, then shuts the stream down. If the
+        // writer is already gone the send fails, and there is nothing left to flush.
+        let _ = self.out.send(Outgoing::Close).await;
         self.shared.writer_done.cancelled().await;
         self.shared.close(CloseReason::Closed);
     }
@@ -641,7 +644,7 @@ impl Drop for PendingCall {
 struct Reader {
     shared: Arc<Shared>,
     /// Weak, so that the reader alone does not keep the output open.
-    out: mpsc::WeakSender<Vec<u8>>,
+    out: mpsc::WeakSender<Outgoing>,
     incoming: mpsc::Sender<IncomingMessage>,
 }
 
@@ -706,19 +709,12 @@ impl FrameSource {
 }
 
 impl Reader {
+    /// Reads until EOF or a read error. The writer aborts this task when it ends (write failure, close, every
+    /// handle dropped), so no per-frame race against a stop signal is needed; no lock is held across an `.await`.
     async fn run(self, mut source: FrameSource) {
-        let stop = self.shared.writer_done.clone();
         let reason = loop {
-            let next = tokio::select! {
-                next = source.next() => next,
-                () = stop.cancelled() => break CloseReason::Closed,
-            };
-            match next {
-                Ok(Some(frame)) => {
-                    if !self.handle(frame).await {
-                        break CloseReason::Closed;
-                    }
-                }
+            match source.next().await {
+                Ok(Some(frame)) => self.handle(frame).await,
                 Ok(None) => break CloseReason::Eof,
                 Err(error) => break CloseReason::ReadFailed(error.to_string()),
             }
@@ -727,34 +723,23 @@ impl Reader {
         // Dropping `self.incoming` ends `Incoming::next` after the queued messages.
     }
 
-    /// Handles one frame; `false` when the reader must stop (the writer is gone).
-    async fn handle(&self, frame: Frame) -> bool {
+    async fn handle(&self, frame: Frame) {
         match self.route(frame) {
-            Route::Nothing => true,
+            Route::Nothing => {}
             Route::Answer(line) => {
                 let Some(out) = self.out.upgrade() else {
-                    return true;
+                    return;
                 };
-                tokio::select! {
-                    sent = out.send(line) => {
-                        if sent.is_err() {
-                            tracing::debug!("json-rpc answer to invalid input not sent: writer stopped");
-                        }
-                        true
-                    }
-                    () = self.shared.writer_done.cancelled() => false,
+                if out.send(Outgoing::Line(line)).await.is_err() {
+                    tracing::debug!("json-rpc answer to invalid input not sent: writer stopped");
                 }
             }
-            Route::Deliver(message) => tokio::select! {
-                // Waits while the queue is full: back-pressure to the peer.
-                sent = self.incoming.send(message) => {
-                    if sent.is_err() {
-                        tracing::debug!("json-rpc incoming message dropped: Incoming was dropped");
-                    }
-                    true
+            // Waits while the queue is full: back-pressure to the peer.
+            Route::Deliver(message) => {
+                if self.incoming.send(message).await.is_err() {
+                    tracing::debug!("json-rpc incoming message dropped: Incoming was dropped");
                 }
-                () = self.shared.writer_done.cancelled() => false,
-            },
+            }
         }
     }
 
@@ -944,72 +929,79 @@ fn answer(response: &Response) -> Route {
 type WriteFn =
     Box<dyn FnMut(Vec<u8>) -> Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> + Send>;
 
+/// What the writer task receives.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// One complete line (ends in `\n`).
+    Line(Vec<u8>),
+    /// Write what came before, then shut the stream down and stop ([`Connection::close`]).
+    Close,
+}
+
 /// Where the writer task puts lines.
 enum LineSink {
     Io(BufWriter<Box<dyn AsyncWrite + Send + Unpin>>),
-    Write(WriteFn),
+    Write { write: WriteFn, chunk: Vec<u8> },
 }
 
 impl LineSink {
-    /// Writes one line and whatever else is queued, then flushes once.
-    async fn write_batch(
-        &mut self,
-        first: Vec<u8>,
-        lines: &mut mpsc::Receiver<Vec<u8>>,
-    ) -> std::io::Result<()> {
+    async fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
         match self {
-            LineSink::Io(writer) => {
-                writer.write_all(&first).await?;
-                while let Ok(line) = lines.try_recv() {
-                    writer.write_all(&line).await?;
+            LineSink::Io(writer) => writer.write_all(line).await,
+            LineSink::Write { write, chunk } => {
+                chunk.extend_from_slice(line);
+                // Coalesce small lines into one call, so a storm of small lines is one write.
+                if chunk.len() >= WRITE_BUFFER_BYTES {
+                    write(std::mem::take(chunk)).await?;
                 }
-                writer.flush().await
+                Ok(())
             }
-            LineSink::Write(write) => {
-                let mut chunk = first;
-                // Coalesce what is queued into one write, up to a bound, so a storm of small lines is one syscall.
-                while chunk.len() < WRITE_BUFFER_BYTES {
-                    let Ok(line) = lines.try_recv() else { break };
-                    chunk.extend_from_slice(&line);
-                }
-                write(chunk).await
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            LineSink::Io(writer) => writer.flush().await,
+            LineSink::Write { write, chunk } if !chunk.is_empty() => {
+                write(std::mem::take(chunk)).await
             }
+            LineSink::Write { .. } => Ok(()),
         }
     }
 
     async fn shutdown(&mut self) -> std::io::Result<()> {
+        self.flush().await?;
         match self {
-            LineSink::Io(writer) => {
-                writer.flush().await?;
-                writer.shutdown().await
-            }
-            LineSink::Write(_) => Ok(()),
+            LineSink::Io(writer) => writer.shutdown().await,
+            LineSink::Write { .. } => Ok(()),
         }
     }
 }
 
-/// The writer task: the only writer of the stream. Writes each queued line, coalescing what is queued into one
-/// flush; on a write error closes the connection (every pending call fails). Ends when every sender is dropped or
-/// on [`Connection::close`], after flushing and shutting the stream down.
-async fn write_loop(mut sink: LineSink, mut lines: mpsc::Receiver<Vec<u8>>, shared: Arc<Shared>) {
+/// The writer task: the only writer of the stream. Writes each queued line, everything queued at that moment
+/// before one flush; on a write error closes the connection (every pending call fails). Ends when every sender is
+/// dropped or on [`Outgoing::Close`], after flushing and shutting the stream down; then aborts the reader.
+async fn write_loop(
+    mut sink: LineSink,
+    mut queue: mpsc::Receiver<Outgoing>,
+    shared: Arc<Shared>,
+    reader: tokio::task::AbortHandle,
+) {
     let result: std::io::Result<()> = async {
-        loop {
-            let line = tokio::select! {
-                biased;
-                line = lines.recv() => match line {
-                    Some(line) => line,
-                    None => break,
-                },
-                () = shared.shutdown.cancelled() => {
-                    lines.close();
-                    while let Ok(line) = lines.try_recv() {
-                        sink.write_batch(line, &mut lines).await?;
-                    }
-                    break;
+        'write: while let Some(mut item) = queue.recv().await {
+            loop {
+                match item {
+                    Outgoing::Line(line) => sink.write(&line).await?,
+                    Outgoing::Close => break 'write,
                 }
-            };
-            sink.write_batch(line, &mut lines).await?;
+                match queue.try_recv() {
+                    Ok(next) => item = next,
+                    Err(_) => break,
+                }
+            }
+            sink.flush().await?;
         }
+        queue.close();
         sink.shutdown().await
     }
     .await;
@@ -1020,6 +1012,7 @@ async fn write_loop(mut sink: LineSink, mut lines: mpsc::Receiver<Vec<u8>>, shar
             shared.close(CloseReason::WriteFailed(error.to_string()));
         }
     }
+    reader.abort();
     shared.writer_done.cancel();
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::connection::Shared;
+use crate::connection::{Outgoing, Shared};
 use crate::error::SendError;
 use crate::message::{ErrorObject, Notification, Request, RequestId, ResponseRef};
 
@@ -19,11 +19,11 @@ use crate::message::{ErrorObject, Notification, Request, RequestId, ResponseRef}
 pub struct Incoming {
     rx: mpsc::Receiver<IncomingMessage>,
     /// Keeps the output open while the application may still answer.
-    _out: mpsc::Sender<Vec<u8>>,
+    _out: mpsc::Sender<Outgoing>,
 }
 
 impl Incoming {
-    pub(crate) fn new(rx: mpsc::Receiver<IncomingMessage>, out: mpsc::Sender<Vec<u8>>) -> Self {
+    pub(crate) fn new(rx: mpsc::Receiver<IncomingMessage>, out: mpsc::Sender<Outgoing>) -> Self {
         Incoming { rx, _out: out }
     }
 
@@ -107,7 +107,7 @@ impl IncomingRequest {
 /// Answers one incoming request; see [`IncomingRequest`]. Dropping it unanswered answers -32603.
 pub struct Responder {
     id: RequestId,
-    out: Option<mpsc::Sender<Vec<u8>>>,
+    out: Option<mpsc::Sender<Outgoing>>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
     answered: bool,
@@ -125,7 +125,7 @@ impl std::fmt::Debug for Responder {
 impl Responder {
     pub(crate) fn new(
         id: RequestId,
-        out: Option<mpsc::Sender<Vec<u8>>>,
+        out: Option<mpsc::Sender<Outgoing>>,
         shared: Arc<Shared>,
         cancel: CancellationToken,
     ) -> Self {
@@ -164,7 +164,7 @@ impl Responder {
             result: result.as_ref(),
         })?;
         let out = self.out.clone().ok_or(SendError::ConnectionClosed)?;
-        out.send(line)
+        out.send(Outgoing::Line(line))
             .await
             .map_err(|_| SendError::ConnectionClosed)?;
         self.answered = true;
@@ -191,7 +191,7 @@ impl Drop for Responder {
                 return;
             }
         };
-        match out.try_send(line) {
+        match out.try_send(Outgoing::Line(line)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::debug!(id = %self.id, "json-rpc dropped request not answered: writer stopped");
