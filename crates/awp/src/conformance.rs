@@ -9,7 +9,8 @@
 //! 2. Watch stdout for [`CheckLimits::quiet_window`] (1 s) **before** writing anything.
 //! 3. Turn 1 and turn 2 in the same process (one user line each, [`CheckPlan::prompts`]).
 //! 4. Close stdin and wait [`CheckLimits::exit_grace`] (5 s) for the exit (then the stop ladder).
-//! 5. When turn 1 reported a valid session id: relaunch with `--resume <id>`, one turn, close stdin.
+//! 5. When turn 1 reported a valid session id: relaunch with `--resume <id>`, watch the quiet window again,
+//!    one turn, close stdin.
 //!
 //! Every stdout frame goes through the same [`TurnMachine`] the host uses, so "terminal", "success" and
 //! "mid-turn exit" mean exactly what they mean in production. The rule checks themselves are in
@@ -1035,6 +1036,7 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
             return book.finish("an earlier step failed");
         }
     };
+    resumed.quiet_window(&mut book, limits.quiet_window).await;
     match resumed
         .turn(&mut book, Stage::ResumedTurn, resumed_prompt, &limits)
         .await

@@ -84,6 +84,32 @@ async fn output_before_input_is_caught_with_the_line() {
 }
 
 #[tokio::test]
+async fn output_before_input_of_the_resumed_process_is_caught() {
+    // A shell agent that behaves, except that it greets on stdout when started with --resume.
+    let script = r#"case "$*" in *--resume*) echo '{"type":"system","subtype":"status","status":"resuming"}';; esac
+n=0
+while IFS= read -r line; do
+  n=$((n+1))
+  [ "$n" = 1 ] && echo '{"type":"system","subtype":"init","session_id":"sh-session"}'
+  echo '{"type":"result","subtype":"success","is_error":false,"session_id":"sh-session","usage":{"input_tokens":1,"output_tokens":1}}'
+done"#;
+    // The launch contract refuses symlinks: use the shell /bin/sh points to.
+    let shell = std::fs::canonicalize("/bin/sh").expect("a POSIX shell");
+    let mut launch = LaunchConfig::new(shell);
+    launch.prefix_args = vec!["-c".into(), script.into(), "sh".into()];
+    let mut plan = CheckPlan::new(launch);
+    plan.limits.quiet_window = Duration::from_millis(300);
+    check(
+        plan,
+        &[(
+            "no_output_before_input",
+            "resumed process, before any input, stdout line 1: {\"type\":\"system\",\"subtype\":\"status\"",
+        )],
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn exit_mid_turn_is_caught() {
     let report = check(
         fixture("exit-mid-turn", Protocol::AwpJsonl),
