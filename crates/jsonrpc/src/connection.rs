@@ -1005,6 +1005,8 @@ async fn write_loop(
         sink.shutdown().await
     }
     .await;
+    // Before anyone learns that the connection closed, later sends must already fail.
+    queue.close();
     match result {
         Ok(()) => shared.close(CloseReason::Closed),
         Err(error) => {
