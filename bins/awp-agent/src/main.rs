@@ -282,7 +282,7 @@ impl Agent {
             return self.fail_turn(error.code()).await;
         }
         let history = session.messages.clone();
-        let mut stream = match self.provider.start(&history, &turn.images).await {
+        let mut stream = match self.provider.start(&history, &turn).await {
             Ok(stream) => stream,
             Err(error) => return self.fail_turn(error.code()).await,
         };

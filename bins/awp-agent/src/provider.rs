@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::input::Image;
+use crate::input::UserTurn;
 use crate::session::{Message, Role};
 use crate::sse::SseDecoder;
 
@@ -204,19 +204,19 @@ impl Provider {
         }
     }
 
-    /// Starts a reply to `history` (whose last message is the current user turn); `images` belong to that
-    /// last message.
+    /// Starts a reply to `history`, whose last message is `current` as stored (images as placeholders);
+    /// the provider gets `current` itself (its text and images) in place of that last message.
     ///
     /// # Errors
     /// A [`ProviderError`] for a failed request or a non-2xx status.
     pub async fn start(
         &self,
         history: &[Message],
-        images: &[Image],
+        current: &UserTurn,
     ) -> Result<ReplyStream, ProviderError> {
         match self {
-            Provider::Builtin => Ok(builtin_reply(history, images.len())),
-            Provider::OpenAi(openai) => openai.start(history, images).await,
+            Provider::Builtin => Ok(builtin_reply(history, current)),
+            Provider::OpenAi(openai) => openai.start(history, current).await,
         }
     }
 }
@@ -248,10 +248,16 @@ fn word_count(text: &str) -> u64 {
     text.split_whitespace().count() as u64
 }
 
-fn builtin_reply(history: &[Message], images: usize) -> ReplyStream {
-    let mut users = history.iter().rev().filter(|m| m.role == Role::User);
-    let current = users.next().map(|m| m.content.as_str()).unwrap_or_default();
-    let previous = users.next().map(|m| m.content.as_str());
+fn builtin_reply(history: &[Message], current_turn: &UserTurn) -> ReplyStream {
+    let images = current_turn.images.len();
+    let current = current_turn.text.as_str();
+    // The history ends with the current message; the one before it is the previous user message.
+    let previous = history
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .nth(1)
+        .map(|m| m.content.as_str());
     let turn = history.iter().filter(|m| m.role == Role::User).count();
     let mut reply = format!("You said: {current} (turn {turn} of this session");
     if let Some(previous) = previous {
@@ -289,8 +295,9 @@ impl OpenAiProvider {
     async fn start(
         &self,
         history: &[Message],
-        images: &[Image],
+        current: &UserTurn,
     ) -> Result<ReplyStream, ProviderError> {
+        let images = &current.images;
         let last = history.len().saturating_sub(1);
         let messages: Vec<Value> = history
             .iter()
@@ -301,7 +308,10 @@ impl OpenAiProvider {
                     Role::Assistant => "assistant",
                 };
                 if index == last && message.role == Role::User && !images.is_empty() {
-                    let mut parts = vec![json!({"type":"text","text":message.content})];
+                    let mut parts = Vec::new();
+                    if !current.text.is_empty() {
+                        parts.push(json!({"type":"text","text":current.text}));
+                    }
                     parts.extend(images.iter().map(|image| {
                         json!({"type":"image_url","image_url":{"url":format!("data:{};base64,{}", image.media_type, image.data_base64)}})
                     }));
@@ -611,8 +621,12 @@ mod tests {
                 content: "second one".into(),
             },
         ];
+        let current = UserTurn {
+            text: "second one".into(),
+            images: Vec::new(),
+        };
         let mut stream = Provider::Builtin
-            .start(&history, &[])
+            .start(&history, &current)
             .await
             .expect("stream");
         let mut text = String::new();

@@ -608,3 +608,37 @@ async fn input_line_limit_at_the_limit_and_one_past() {
     );
     assert_eq!(agent.exit_code().await, Some(0));
 }
+
+#[tokio::test]
+async fn images_reach_the_provider_for_their_turn_and_history_keeps_a_placeholder() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (base, mut requests) = provider_server(vec![
+        sse_reply(&["A cat."], (20, 2)),
+        sse_reply(&["Yes."], (9, 1)),
+    ])
+    .await;
+    let env = provider_env(tmp.path(), &base);
+    let mut agent = Agent::spawn(&["--model", "vision", "--resume", "img"], &env_refs(&env));
+    let line = json!({"type":"user","message":{"role":"user","content":[
+        {"type":"text","text":"What is this?"},
+        {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}}]}});
+    check_turn(&agent.turn(&line.to_string()).await, true, "A cat.");
+    let request = requests.recv().await.expect("request");
+    assert_eq!(
+        request.body["messages"],
+        json!([{"role":"user","content":[
+            {"type":"text","text":"What is this?"},
+            {"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}}]}])
+    );
+    check_turn(&agent.turn(&user_line("Sure?")).await, false, "Yes.");
+    let request = requests.recv().await.expect("request");
+    assert_eq!(
+        request.body["messages"],
+        json!([
+            {"role":"user","content":"What is this?\n[image: image/png]"},
+            {"role":"assistant","content":"A cat."},
+            {"role":"user","content":"Sure?"}
+        ])
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}

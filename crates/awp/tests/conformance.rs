@@ -182,6 +182,19 @@ async fn failing_and_hanging_agents_are_caught() {
         ],
     )
     .await;
+    let mut silent = fixture("silence", Protocol::AwpJsonl);
+    silent.limits.turn_timeout = Duration::from_secs(2);
+    check(
+        silent,
+        &[
+            (
+                "one_terminal_per_turn",
+                "turn 1: no terminal event within 2 s; last line: {\"type\":\"content_block_delta\"",
+            ),
+            ("resume_accepted", "no terminal event"),
+        ],
+    )
+    .await;
     let mut hang = fixture("result-hang", Protocol::AwpJsonl);
     hang.limits.turn_timeout = Duration::from_secs(2);
     check(
