@@ -209,7 +209,6 @@ impl ClientBuilder {
         });
         let (control_tx, control_rx) = mpsc::channel(16);
         let dispatcher = Dispatcher {
-            connection: connection.clone(),
             router: router.clone(),
             permission: self.permission,
             fs: self.fs,
@@ -649,7 +648,6 @@ impl Router {
 }
 
 struct Dispatcher {
-    connection: Connection,
     router: Arc<Router>,
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
@@ -739,8 +737,6 @@ impl Dispatcher {
                 tracing::debug!(%why, "dropping invalid session/update");
             }
         }
-        // Keep the connection handle alive for the dispatcher's lifetime (used by future notifications).
-        let _ = &self.connection;
     }
 }
 
@@ -1200,5 +1196,86 @@ impl Turn<'_> {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router(max_unrouted: usize) -> Router {
+        Router {
+            sessions: Mutex::new(HashMap::new()),
+            unrouted: Mutex::new(VecDeque::new()),
+            kandev: Mutex::new(KandevRouting::default()),
+            max_unrouted,
+            counters: Counters::default(),
+        }
+    }
+
+    fn text(n: usize) -> Routed {
+        Routed::Update(Update::Raw {
+            kind: Some(n.to_string()),
+            update: Value::Null,
+            error: String::new(),
+        })
+    }
+
+    /// Routes `sent` updates for a session not registered yet, then registers it: what it gets, and the drop count.
+    fn check(max_unrouted: usize, sent: usize, expect_kept: &[&str], expect_dropped: u64) {
+        let router = router(max_unrouted);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            for n in 0..sent {
+                router.route(SessionId::new("later"), text(n)).await;
+            }
+            router.route(SessionId::new("other"), text(99)).await;
+        });
+        let (tx, _rx) = mpsc::channel(1);
+        let backlog = router.register(
+            SessionId::new("later"),
+            tx,
+            Arc::new(SessionShared::default()),
+        );
+        let kept: Vec<String> = backlog
+            .iter()
+            .filter_map(|routed| match routed {
+                Routed::Update(Update::Raw { kind, .. }) => kind.clone(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kept, expect_kept);
+        assert_eq!(
+            router.counters.unrouted_dropped.load(Ordering::Relaxed),
+            expect_dropped
+        );
+    }
+
+    #[test]
+    fn unrouted_updates_are_kept_up_to_the_limit() {
+        // 3 for `later` + 1 for `other` = 4 kept at a limit of 4; one past it drops the oldest.
+        check(4, 3, &["0", "1", "2"], 0);
+        check(4, 4, &["1", "2", "3"], 1);
+        check(0, 2, &[], 3);
+    }
+
+    #[test]
+    fn updates_for_a_registered_session_bypass_the_unrouted_buffer() {
+        let router = router(1);
+        let (tx, mut rx) = mpsc::channel(4);
+        let backlog = router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
+        assert!(backlog.is_empty());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            router.route(SessionId::new("s"), text(1)).await;
+            router.route(SessionId::new("s"), text(2)).await;
+        });
+        assert!(matches!(rx.try_recv(), Ok(Routed::Update(_))));
+        assert!(matches!(rx.try_recv(), Ok(Routed::Update(_))));
+        assert_eq!(router.counters.unrouted_dropped.load(Ordering::Relaxed), 0);
     }
 }

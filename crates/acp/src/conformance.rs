@@ -1,1 +1,832 @@
-//! Conformance checks of an ACP agent (filled in below).
+//! ACP conformance checks: run a short scripted session against any ACP agent command and judge each rule.
+//!
+//! This is the engine behind `awp-host check --protocol acp -- CMD ARGS…`. The report has the shape of the AWP
+//! check (`agentwire_awp::conformance`): one [`RuleResult`] per [`Rule`], pass / fail with bounded evidence / skipped.
+//!
+//! # The script
+//!
+//! 1. Spawn the command (agentwire-process: no shell, own process group, allowlisted environment); every stdout
+//!    line is inspected on its way to the client.
+//! 2. `initialize` (protocol version 1), `session/new`, one prompt turn ([`CheckPlan::prompt`]).
+//! 3. A second turn ([`CheckPlan::cancel_prompt`]): at its first update the check sends `session/cancel` and
+//!    watches the answer.
+//! 4. An unknown method (`agentwire/conformance_probe`), then stdin EOF and [`CheckLimits::exit_grace`] for the exit
+//!    (then the stop ladder kills the process group).
+//!
+//! The cancel rule is judged only when the agent demonstrably kept working after the cancel (it sent an update
+//! after it): a turn that ended before the cancel reached the agent is `skipped`, not failed — a black-box check
+//! cannot tell otherwise. The verdicts are kept by [`RuleBook`] (pure); [`run_check`] is the IO shell.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentwire_jsonl::{Frame, JsonlDecoder, Limits};
+use agentwire_jsonrpc::{CallError, ErrorCode};
+use agentwire_process::{Command, StdoutItem, StopPlan};
+use bytes::BytesMut;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::client::{Client, ClientBuilder, Session};
+use crate::schema::{PromptRequest, StopReason};
+use crate::update::Update;
+
+/// How strict a rule is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// A protocol requirement: a failure fails the check.
+    Must,
+    /// A recommendation: reported, never fails the check.
+    Should,
+}
+
+/// One rule of the check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Stable snake_case id, e.g. `initialize_answers_integer_version`.
+    pub id: &'static str,
+    /// Must or should.
+    pub severity: Severity,
+    /// One line: what a conforming agent does.
+    pub description: &'static str,
+}
+
+const fn must(id: &'static str, description: &'static str) -> Rule {
+    Rule {
+        id,
+        severity: Severity::Must,
+        description,
+    }
+}
+
+const fn should(id: &'static str, description: &'static str) -> Rule {
+    Rule {
+        id,
+        severity: Severity::Should,
+        description,
+    }
+}
+
+/// Every rule, in report order.
+pub const RULES: &[Rule] = &[
+    must("spawns", "the agent process starts"),
+    must(
+        "initialize_answers_integer_version",
+        "initialize is answered with protocolVersion 1 (an integer) and valid capabilities",
+    ),
+    must(
+        "session_new_returns_id",
+        "session/new {cwd, mcpServers: []} is answered with a string sessionId",
+    ),
+    must(
+        "prompt_returns_stop_reason",
+        "session/prompt is answered with a valid stopReason",
+    ),
+    must(
+        "updates_reference_session",
+        "every session/update is {sessionId, update} naming the session in use",
+    ),
+    must(
+        "cancel_yields_cancelled",
+        "a turn still running when session/cancel arrives is answered with stopReason cancelled (not an error)",
+    ),
+    must(
+        "stdout_only_jsonrpc",
+        "every stdout line is one JSON-RPC 2.0 message",
+    ),
+    must(
+        "exits_on_stdin_eof",
+        "the process exits within the grace period after stdin is closed",
+    ),
+    should(
+        "updates_parse",
+        "every session/update kind and shape is one of the v1 schema's",
+    ),
+    should(
+        "unknown_method_not_found",
+        "an unknown method is answered with error -32601",
+    ),
+];
+
+/// The verdict of one rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The rule held.
+    Pass,
+    /// The rule was broken; `evidence` says where (bounded).
+    Fail {
+        /// At most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
+        evidence: String,
+    },
+    /// The rule could not be judged.
+    Skipped {
+        /// Why.
+        why: String,
+    },
+}
+
+/// One line of the report: `{"id":"stdout_only_jsonrpc","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RuleResult {
+    /// The rule id.
+    pub id: &'static str,
+    /// Must or should.
+    pub severity: Severity,
+    /// What the rule requires.
+    pub description: &'static str,
+    /// The verdict.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// The verdicts of every rule, in [`RULES`] order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CheckReport {
+    /// One result per rule.
+    pub rules: Vec<RuleResult>,
+}
+
+impl CheckReport {
+    /// True when no [`Severity::Must`] rule failed. A skipped must rule does not fail the check (the cancel rule is
+    /// skipped for agents whose turns end before a cancel can reach them).
+    pub fn passed(&self) -> bool {
+        self.rules.iter().all(|rule| {
+            rule.severity == Severity::Should || !matches!(rule.outcome, Outcome::Fail { .. })
+        })
+    }
+
+    /// The result of rule `id`.
+    pub fn get(&self, id: &str) -> Option<&RuleResult> {
+        self.rules.iter().find(|rule| rule.id == id)
+    }
+
+    /// The ids of the failed rules (must and should).
+    pub fn failed_ids(&self) -> Vec<&'static str> {
+        self.rules
+            .iter()
+            .filter(|rule| matches!(rule.outcome, Outcome::Fail { .. }))
+            .map(|rule| rule.id)
+            .collect()
+    }
+
+    /// One `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, then a summary line.
+    pub fn render_text(&self) -> String {
+        let width = self
+            .rules
+            .iter()
+            .map(|rule| rule.id.len())
+            .max()
+            .unwrap_or(0);
+        let mut out = String::new();
+        for rule in &self.rules {
+            let (tag, detail) = match (&rule.outcome, rule.severity) {
+                (Outcome::Pass, _) => ("PASS", None),
+                (Outcome::Fail { evidence }, Severity::Must) => {
+                    ("FAIL", Some(("evidence", evidence)))
+                }
+                (Outcome::Fail { evidence }, Severity::Should) => {
+                    ("WARN", Some(("evidence", evidence)))
+                }
+                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
+            };
+            out.push_str(&format!(
+                "{tag}  {:<width$}  {}\n",
+                rule.id, rule.description
+            ));
+            if let Some((label, text)) = detail {
+                out.push_str(&format!("      {label}: {text}\n"));
+            }
+        }
+        let required = self
+            .rules
+            .iter()
+            .filter(|rule| rule.severity == Severity::Must)
+            .count();
+        let failed = self
+            .rules
+            .iter()
+            .filter(|rule| {
+                rule.severity == Severity::Must && matches!(rule.outcome, Outcome::Fail { .. })
+            })
+            .count();
+        let verdict = if self.passed() {
+            "conformant"
+        } else {
+            "not conformant"
+        };
+        out.push_str(&format!(
+            "{verdict}: {} of {required} required rules not failed\n",
+            required - failed
+        ));
+        out
+    }
+}
+
+/// Bounds and timeouts of a check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckLimits {
+    /// Longest wait for any one answer or update. Default 60 s; on overflow the rule waiting fails and the process
+    /// is stopped.
+    pub step_timeout: Duration,
+    /// How long the process gets to exit after stdin EOF. Default 5 s; on overflow `exits_on_stdin_eof` fails and
+    /// the process group is stopped (SIGTERM, SIGKILL after 3 s).
+    pub exit_grace: Duration,
+    /// Longest stdout line, in bytes. Default 64 MiB (`agentwire_jsonrpc::DEFAULT_MAX_LINE_BYTES`); a longer line
+    /// fails `stdout_only_jsonrpc`.
+    pub max_line_bytes: usize,
+    /// Most bytes of agent output quoted in one piece of evidence. Default 240; longer output is cut at a char
+    /// boundary and marked with its full length.
+    pub max_evidence_bytes: usize,
+}
+
+impl Default for CheckLimits {
+    fn default() -> Self {
+        CheckLimits {
+            step_timeout: Duration::from_secs(60),
+            exit_grace: Duration::from_secs(5),
+            max_line_bytes: agentwire_jsonrpc::DEFAULT_MAX_LINE_BYTES,
+            max_evidence_bytes: 240,
+        }
+    }
+}
+
+/// What to check.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CheckPlan {
+    /// The program.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Extra environment entries (on top of the OS allowlist).
+    pub env: Vec<(OsString, OsString)>,
+    /// The session's `cwd` (absolute) and the process's working directory. Default: the current directory.
+    pub cwd: PathBuf,
+    /// The first turn's text.
+    pub prompt: String,
+    /// The text of the turn that is cancelled.
+    pub cancel_prompt: String,
+    /// Bounds and timeouts.
+    pub limits: CheckLimits,
+}
+
+impl CheckPlan {
+    /// A plan for `program args…` with the default prompts and limits.
+    pub fn new(
+        program: impl Into<OsString>,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> CheckPlan {
+        CheckPlan {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            prompt: "This is an ACP conformance check. Reply with one short sentence.".to_owned(),
+            cancel_prompt: "Second turn of the ACP conformance check: this turn will be cancelled."
+                .to_owned(),
+            limits: CheckLimits::default(),
+        }
+    }
+}
+
+/// Quotes `text` for evidence: control characters escaped, at most `max` bytes, cut at a char boundary.
+pub fn quote(text: &str, max: usize) -> String {
+    let escaped: String = text.chars().flat_map(char::escape_debug).collect();
+    if escaped.len() <= max {
+        return escaped;
+    }
+    let mut end = max;
+    while !escaped.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} bytes)",
+        escaped.get(..end).unwrap_or_default(),
+        text.len()
+    )
+}
+
+/// The verdicts collected so far. Pure: observations in, verdicts out; the first verdict of a rule wins (a pass
+/// can be overridden by a later failure).
+#[derive(Debug)]
+pub struct RuleBook {
+    outcomes: Vec<Option<Outcome>>,
+    max_evidence_bytes: usize,
+}
+
+impl RuleBook {
+    /// An empty book.
+    pub fn new(max_evidence_bytes: usize) -> RuleBook {
+        RuleBook {
+            outcomes: vec![None; RULES.len()],
+            max_evidence_bytes,
+        }
+    }
+
+    fn slot(&mut self, id: &str) -> Option<&mut Option<Outcome>> {
+        let index = RULES.iter().position(|rule| rule.id == id)?;
+        self.outcomes.get_mut(index)
+    }
+
+    /// Records a failure (replaces a pass or a skip; the first failure is kept).
+    pub fn fail(&mut self, id: &str, evidence: String) {
+        if let Some(slot) = self.slot(id)
+            && !matches!(slot, Some(Outcome::Fail { .. }))
+        {
+            *slot = Some(Outcome::Fail { evidence });
+        }
+    }
+
+    /// Records a pass unless a verdict exists.
+    pub fn pass(&mut self, id: &str) {
+        if let Some(slot) = self.slot(id)
+            && slot.is_none()
+        {
+            *slot = Some(Outcome::Pass);
+        }
+    }
+
+    /// Records a skip unless a verdict exists.
+    pub fn skip(&mut self, id: &str, why: &str) {
+        if let Some(slot) = self.slot(id)
+            && slot.is_none()
+        {
+            *slot = Some(Outcome::Skipped {
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// Judges one stdout line (`Frame` from agentwire-jsonl): `stdout_only_jsonrpc` fails on the first line that
+    /// is not a JSON-RPC 2.0 message.
+    pub fn observe_line(&mut self, line_number: u64, frame: &Frame) {
+        let problem = match frame {
+            Frame::Json(bytes) => match serde_json::from_slice::<Value>(bytes) {
+                Ok(Value::Object(object)) if object.get("jsonrpc") == Some(&Value::from("2.0")) => {
+                    None
+                }
+                _ => Some(format!(
+                    "{} (not a JSON-RPC 2.0 object)",
+                    quote(&String::from_utf8_lossy(bytes), self.max_evidence_bytes)
+                )),
+            },
+            Frame::Invalid(line) => Some(format!(
+                "{} (not JSON)",
+                quote(&line.preview, self.max_evidence_bytes)
+            )),
+            Frame::TooLong { bytes_discarded } => {
+                Some(format!("a line of more than {bytes_discarded} bytes"))
+            }
+            _ => Some("an unreadable line".to_owned()),
+        };
+        if let Some(problem) = problem {
+            self.fail(
+                "stdout_only_jsonrpc",
+                format!("stdout line {line_number}: {problem}"),
+            );
+        }
+    }
+
+    /// Judges one update of `session`.
+    pub fn observe_update(&mut self, update: &Update) {
+        if let Update::Raw { kind, error, .. } = update {
+            let kind = kind
+                .clone()
+                .unwrap_or_else(|| "(no sessionUpdate)".to_owned());
+            self.fail(
+                "updates_parse",
+                quote(&format!("{kind}: {error}"), self.max_evidence_bytes),
+            );
+        }
+    }
+
+    /// The report: rules without a verdict are skipped with `why`.
+    pub fn finish(self, why: &str) -> CheckReport {
+        let rules = RULES
+            .iter()
+            .zip(self.outcomes)
+            .map(|(rule, outcome)| RuleResult {
+                id: rule.id,
+                severity: rule.severity,
+                description: rule.description,
+                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+                    why: why.to_owned(),
+                }),
+            })
+            .collect();
+        CheckReport { rules }
+    }
+}
+
+type SharedBook = Arc<Mutex<RuleBook>>;
+
+fn book(shared: &SharedBook) -> std::sync::MutexGuard<'_, RuleBook> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs the check. Never panics on agent behavior; every failure is a verdict.
+pub async fn run_check(plan: CheckPlan) -> CheckReport {
+    let shared: SharedBook = Arc::new(Mutex::new(RuleBook::new(plan.limits.max_evidence_bytes)));
+    let mut command = Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .inherit_os_env()
+        .current_dir(&plan.cwd)
+        .stdout_bytes();
+    for (key, value) in &plan.env {
+        command.env(key, value);
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let mut book = RuleBook::new(plan.limits.max_evidence_bytes);
+            book.fail("spawns", error.to_string());
+            return book.finish("the agent did not start");
+        }
+    };
+    book(&shared).pass("spawns");
+    let (reader, writer, inspector) =
+        inspecting_pipes(&mut child, shared.clone(), plan.limits.max_line_bytes);
+    let mut config = crate::client::ClientConfig::default();
+    config.rpc.max_line_bytes = plan.limits.max_line_bytes;
+    let client = ClientBuilder::new().config(config).connect(reader, writer);
+    let why = script(&client, &plan, &shared).await;
+    let handle = child.handle();
+    client.close().await;
+    match tokio::time::timeout(plan.limits.exit_grace, handle.wait()).await {
+        Ok(_) => book(&shared).pass("exits_on_stdin_eof"),
+        Err(_) => book(&shared).fail(
+            "exits_on_stdin_eof",
+            format!(
+                "still running {} ms after stdin EOF",
+                plan.limits.exit_grace.as_millis()
+            ),
+        ),
+    }
+    child
+        .stop(StopPlan::new().stdin_grace(Duration::ZERO))
+        .await;
+    // The inspector ends with stdout (EOF, or exit + drain window): every line has been judged then.
+    if tokio::time::timeout(plan.limits.exit_grace, inspector)
+        .await
+        .is_err()
+    {
+        tracing::debug!("stdout inspector did not finish");
+    }
+    let mut book = book(&shared);
+    book.pass("stdout_only_jsonrpc");
+    std::mem::replace(&mut *book, RuleBook::new(0)).finish(why.as_deref().unwrap_or("not reached"))
+}
+
+/// The scripted session; returns why the remaining rules were not reached, if it stopped early.
+async fn script(client: &Client, plan: &CheckPlan, shared: &SharedBook) -> Option<String> {
+    let step = plan.limits.step_timeout;
+    let max = plan.limits.max_evidence_bytes;
+    // initialize: judged on the raw answer (the client closes on versions it does not speak).
+    match tokio::time::timeout(step, client.initialize()).await {
+        Ok(Ok(_)) if client.dialect() == Some(crate::kandev::Dialect::AcpV1) => {
+            book(shared).pass("initialize_answers_integer_version");
+        }
+        Ok(Ok(_)) => {
+            book(shared).fail(
+                "initialize_answers_integer_version",
+                "protocolVersion is a string (Kandev dialect)".to_owned(),
+            );
+            return Some("initialize did not select ACP v1".to_owned());
+        }
+        Ok(Err(error)) => {
+            book(shared).fail(
+                "initialize_answers_integer_version",
+                quote(&error.to_string(), max),
+            );
+            return Some("initialize failed".to_owned());
+        }
+        Err(_) => {
+            book(shared).fail(
+                "initialize_answers_integer_version",
+                format!("no answer within {} s", step.as_secs()),
+            );
+            return Some("initialize timed out".to_owned());
+        }
+    }
+    let mut session = match tokio::time::timeout(step, client.new_session(&plan.cwd)).await {
+        Ok(Ok(session)) => {
+            book(shared).pass("session_new_returns_id");
+            session
+        }
+        Ok(Err(error)) => {
+            book(shared).fail("session_new_returns_id", quote(&error.to_string(), max));
+            return Some("session/new failed".to_owned());
+        }
+        Err(_) => {
+            book(shared).fail(
+                "session_new_returns_id",
+                format!("no answer within {} s", step.as_secs()),
+            );
+            return Some("session/new timed out".to_owned());
+        }
+    };
+    // Turn 1.
+    let turn = match tokio::time::timeout(step, session.prompt_text(&plan.prompt)).await {
+        Ok(Ok(turn)) => turn,
+        Ok(Err(error)) => {
+            book(shared).fail("prompt_returns_stop_reason", quote(&error.to_string(), max));
+            return Some("session/prompt could not be sent".to_owned());
+        }
+        Err(_) => return Some("session/prompt could not be sent in time".to_owned()),
+    };
+    match tokio::time::timeout(step, turn.finish()).await {
+        Ok((updates, outcome)) => {
+            for update in &updates {
+                book(shared).observe_update(update);
+            }
+            match outcome {
+                Ok(_) => book(shared).pass("prompt_returns_stop_reason"),
+                Err(error) => {
+                    book(shared).fail("prompt_returns_stop_reason", quote(&error.to_string(), max))
+                }
+            }
+        }
+        Err(_) => {
+            book(shared).fail(
+                "prompt_returns_stop_reason",
+                format!("no answer within {} s", step.as_secs()),
+            );
+            return Some("the first turn did not end".to_owned());
+        }
+    }
+    // Updates after the answer, if any, are still judged.
+    while let Some(update) = session.try_next_update() {
+        book(shared).observe_update(&update);
+    }
+    if let Some(why) = cancel_turn(client, &mut session, plan, shared).await {
+        return Some(why);
+    }
+    match tokio::time::timeout(
+        step,
+        client
+            .connection()
+            .call("agentwire/conformance_probe", None),
+    )
+    .await
+    {
+        Ok(Err(CallError::Rpc(error))) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+            book(shared).pass("unknown_method_not_found");
+        }
+        Ok(other) => book(shared).fail(
+            "unknown_method_not_found",
+            quote(&format!("{other:?}"), max),
+        ),
+        Err(_) => book(shared).fail("unknown_method_not_found", "no answer".to_owned()),
+    }
+    let stats = client.stats();
+    if stats.invalid_updates > 0 {
+        book(shared).fail(
+            "updates_reference_session",
+            format!(
+                "{} session/update notifications without {{sessionId, update}}",
+                stats.invalid_updates
+            ),
+        );
+    } else if stats.unrouted_updates_dropped > 0 || stats.updates_for_dropped_sessions > 0 {
+        book(shared).fail(
+            "updates_reference_session",
+            "updates named a session that was not created".to_owned(),
+        );
+    } else {
+        book(shared).pass("updates_reference_session");
+    }
+    book(shared).pass("updates_parse");
+    None
+}
+
+/// Turn 2: cancel at its first update; judge the raw answer.
+async fn cancel_turn(
+    client: &Client,
+    session: &mut Session,
+    plan: &CheckPlan,
+    shared: &SharedBook,
+) -> Option<String> {
+    let step = plan.limits.step_timeout;
+    let max = plan.limits.max_evidence_bytes;
+    let request = PromptRequest::new(
+        session.id().clone(),
+        vec![crate::schema::ContentBlock::Text(
+            crate::schema::TextContent::new(plan.cancel_prompt.as_str()),
+        )],
+    );
+    let params = serde_json::to_value(&request).ok();
+    let mut call = match client
+        .connection()
+        .start_call("session/prompt", params)
+        .await
+    {
+        Ok(call) => call,
+        Err(error) => {
+            book(shared).fail("cancel_yields_cancelled", quote(&error.to_string(), max));
+            return Some("the cancelled turn could not be sent".to_owned());
+        }
+    };
+    let mut cancel_sent = false;
+    let mut updates_after_cancel = 0u32;
+    let answer = loop {
+        let next = tokio::time::timeout(step, async {
+            tokio::select! {
+                biased;
+                update = session.next_update() => Err(update),
+                answer = &mut call => Ok(answer),
+            }
+        })
+        .await;
+        match next {
+            Err(_) => {
+                book(shared).fail(
+                    "cancel_yields_cancelled",
+                    format!("no answer within {} s after session/cancel", step.as_secs()),
+                );
+                return Some("the cancelled turn did not end".to_owned());
+            }
+            Ok(Ok(answer)) => break answer,
+            Ok(Err(None)) => break Err(CallError::ConnectionClosed),
+            Ok(Err(Some(update))) => {
+                book(shared).observe_update(&update);
+                if cancel_sent {
+                    updates_after_cancel += 1;
+                } else {
+                    let params = serde_json::json!({"sessionId": session.id()});
+                    if client
+                        .connection()
+                        .notify("session/cancel", Some(params))
+                        .await
+                        .is_err()
+                    {
+                        return Some("session/cancel could not be sent".to_owned());
+                    }
+                    cancel_sent = true;
+                }
+            }
+        }
+    };
+    let stop_reason = answer
+        .as_ref()
+        .ok()
+        .and_then(|value| value.get("stopReason"))
+        .and_then(|value| serde_json::from_value::<StopReason>(value.clone()).ok());
+    match (cancel_sent, &answer, stop_reason) {
+        (_, _, Some(StopReason::Cancelled)) => book(shared).pass("cancel_yields_cancelled"),
+        (false, _, _) => book(shared).skip("cancel_yields_cancelled", "the turn ended before its first update"),
+        (true, Err(error), _) => book(shared).fail(
+            "cancel_yields_cancelled",
+            quote(&format!("answered the cancelled turn with an error: {error}"), max),
+        ),
+        (true, Ok(value), _) if updates_after_cancel > 0 => book(shared).fail(
+            "cancel_yields_cancelled",
+            quote(
+                &format!("kept working after session/cancel ({updates_after_cancel} updates), then answered {value}"),
+                max,
+            ),
+        ),
+        (true, Ok(_), _) => book(shared).skip(
+            "cancel_yields_cancelled",
+            "the turn ended before the cancel could reach the agent",
+        ),
+    }
+    None
+}
+
+/// Pumps the child's stdout through a line inspector (every line judged by [`RuleBook::observe_line`]) to the
+/// client, and the client's output to the child's stdin.
+fn inspecting_pipes(
+    child: &mut agentwire_process::Child,
+    shared: SharedBook,
+    max_line_bytes: usize,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::io::DuplexStream,
+    tokio::task::JoinHandle<()>,
+) {
+    let stdin = child.stdin();
+    let stdout = child.take_stdout();
+    let (mut sink, reader) = tokio::io::duplex(256 * 1024);
+    let inspector = tokio::spawn(async move {
+        let Some(mut stdout) = stdout else { return };
+        let mut decoder = JsonlDecoder::new(Limits {
+            max_line_bytes,
+            ..Limits::default()
+        });
+        let mut buf = BytesMut::new();
+        let mut line_number = 0u64;
+        let mut forward = true;
+        while let Some(item) = stdout.next().await {
+            let StdoutItem::Bytes(bytes) = item else {
+                continue;
+            };
+            buf.extend_from_slice(&bytes);
+            while let Some(frame) = decoder.decode(&mut buf) {
+                line_number += 1;
+                book(&shared).observe_line(line_number, &frame);
+            }
+            if forward && sink.write_all(&bytes).await.is_err() {
+                forward = false; // The client is gone; keep judging the output.
+            }
+        }
+        while let Some(frame) = decoder.decode_eof(&mut buf) {
+            line_number += 1;
+            book(&shared).observe_line(line_number, &frame);
+        }
+    });
+    let (writer, mut source) = tokio::io::duplex(256 * 1024);
+    tokio::spawn(async move {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            match source.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => match chunk.get(..n) {
+                    Some(bytes) if stdin.write_all(bytes).await.is_ok() => {}
+                    _ => break,
+                },
+            }
+        }
+        stdin.close().await;
+    });
+    (reader, writer, inspector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(frames: &[Frame], expect: Option<&str>) {
+        let mut book = RuleBook::new(40);
+        for (i, frame) in frames.iter().enumerate() {
+            book.observe_line(i as u64 + 1, frame);
+        }
+        book.pass("stdout_only_jsonrpc");
+        let report = book.finish("test");
+        let got = match &report.get("stdout_only_jsonrpc").expect("rule").outcome {
+            Outcome::Fail { evidence } => Some(evidence.clone()),
+            _ => None,
+        };
+        assert_eq!(got.as_deref(), expect);
+    }
+
+    fn json(text: &str) -> Frame {
+        Frame::Json(bytes::Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn stdout_lines_are_judged() {
+        check(&[json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)], None);
+        check(
+            &[
+                json(r#"{"jsonrpc":"2.0","method":"x"}"#),
+                json(r#"{"type":"text"}"#),
+            ],
+            Some(r#"stdout line 2: {\"type\":\"text\"} (not a JSON-RPC 2.0 object)"#),
+        );
+        check(
+            &[Frame::TooLong { bytes_discarded: 9 }],
+            Some("stdout line 1: a line of more than 9 bytes"),
+        );
+    }
+
+    #[test]
+    fn evidence_is_bounded_and_escaped() {
+        assert_eq!(quote("a\u{1b}[31m", 100), "a\\u{1b}[31m");
+        assert_eq!(quote(&"é".repeat(10), 5), "éé… (20 bytes)");
+    }
+
+    #[test]
+    fn a_failure_wins_over_a_pass_and_skips_fill_the_rest() {
+        let mut book = RuleBook::new(10);
+        book.pass("spawns");
+        book.fail("spawns", "late".to_owned());
+        book.fail("spawns", "later".to_owned());
+        book.skip("exits_on_stdin_eof", "x");
+        book.pass("exits_on_stdin_eof");
+        let report = book.finish("not reached");
+        assert_eq!(
+            report.get("spawns").map(|r| &r.outcome),
+            Some(&Outcome::Fail {
+                evidence: "late".to_owned()
+            })
+        );
+        assert_eq!(
+            report.get("exits_on_stdin_eof").map(|r| &r.outcome),
+            Some(&Outcome::Skipped {
+                why: "x".to_owned()
+            })
+        );
+        assert_eq!(report.failed_ids(), ["spawns"]);
+        assert!(!report.passed());
+        assert!(report.render_text().contains("FAIL  spawns"));
+    }
+}

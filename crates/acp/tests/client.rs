@@ -96,7 +96,7 @@ async fn cancel_reports_cancelled_whatever_the_agent_answers() {
         (Mode::CancelEndTurn, "end_turn"),
     ] {
         let (client, mut session, tap) = open(mode, ClientBuilder::new()).await;
-        let mut turn = within(session.prompt_text("work"))
+        let mut turn = within(session.prompt_text("wait for cancel"))
             .await
             .expect("prompt sent");
         let first = within(turn.next()).await.expect("first event");

@@ -186,3 +186,96 @@ async fn the_agent_role_rejects_initialize_without_protocol_version() {
     assert_eq!(answer["id"], 1);
     child.stop(StopPlan::new()).await;
 }
+
+fn kandev_command() -> agentwire_process::Command {
+    let mut command =
+        agentwire_process::Command::new(agentwire_testkit::bin_path("kandev-fixture"));
+    command.inherit_os_env();
+    command
+}
+
+fn render_kandev(updates: &[agentwire_acp::Update]) -> Vec<String> {
+    use agentwire_acp::schema::SessionUpdate;
+    updates
+        .iter()
+        .map(|update| match update {
+            agentwire_acp::Update::Known(known) => match known.as_ref() {
+                SessionUpdate::AgentMessageChunk(_) => {
+                    format!("text:{}", update.agent_text().unwrap_or(""))
+                }
+                SessionUpdate::ToolCall(call) => format!(
+                    "tool_call:{}:{}:{:?}",
+                    call.tool_call_id, call.title, call.status
+                ),
+                SessionUpdate::ToolCallUpdate(u) => {
+                    format!("tool_call_update:{}:{:?}", u.tool_call_id, u.fields.status)
+                }
+                _ => update.kind().unwrap_or_default(),
+            },
+            agentwire_acp::Update::Raw { kind, .. } => {
+                format!("raw:{}", kind.clone().unwrap_or_default())
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_kandev_dialect_is_detected_and_mapped() {
+    let client = ClientBuilder::new()
+        .spawn(&mut kandev_command())
+        .expect("spawn");
+    within(client.initialize()).await.expect("initialize");
+    assert_eq!(client.dialect(), Some(agentwire_acp::Dialect::Kandev));
+    let mut session = within(client.new_session(Path::new("/work")))
+        .await
+        .expect("session");
+    assert_eq!(session.id().to_string(), "kandev-1");
+    let (updates, result) = within(
+        within(session.prompt_text("fix it"))
+            .await
+            .expect("prompt")
+            .finish(),
+    )
+    .await;
+    assert_eq!(
+        render_kandev(&updates),
+        [
+            "text:Processing: fix it",
+            "tool_call:kandev-tool-1:file_edit:InProgress",
+            "tool_call_update:kandev-tool-1:Some(Completed)",
+        ]
+    );
+    assert!(
+        matches!(result, Ok(agentwire_acp::schema::StopReason::EndTurn)),
+        "{result:?}"
+    );
+    let (_, failed) = within(
+        within(session.prompt_text("please fail"))
+            .await
+            .expect("prompt")
+            .finish(),
+    )
+    .await;
+    let failed = failed.expect_err("error update fails the turn");
+    assert_eq!(failed.code(), "turn_failed");
+    assert_eq!(
+        failed.to_string(),
+        "agent reported the turn failed: Failed to compile after changes: syntax error on line 45"
+    );
+    // A turn that never completes ends with a cancel; the example agent exits on cancel.
+    let mut turn = within(session.prompt_text("hang")).await.expect("prompt");
+    for _ in 0..3 {
+        assert!(matches!(
+            within(turn.next()).await,
+            Some(TurnEvent::Update(_))
+        ));
+    }
+    within(turn.cancel()).await.expect("cancel");
+    let (_, cancelled) = within(turn.finish()).await;
+    assert!(
+        matches!(cancelled, Ok(agentwire_acp::schema::StopReason::Cancelled)),
+        "{cancelled:?}"
+    );
+    let status = within(client.child().expect("spawned").wait()).await;
+    assert_eq!(status.code, Some(0));
+}
