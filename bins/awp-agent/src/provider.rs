@@ -250,7 +250,10 @@ fn word_count(text: &str) -> u64 {
 
 fn builtin_reply(history: &[Message], current_turn: &UserTurn) -> ReplyStream {
     let images = current_turn.images.len();
-    let current = current_turn.text.as_str();
+    let current = match current_turn.text.as_str() {
+        "" => "(no text)",
+        text => text,
+    };
     // The history ends with the current message; the one before it is the previous user message.
     let previous = history
         .iter()

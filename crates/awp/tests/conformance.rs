@@ -260,3 +260,28 @@ async fn over_long_lines_and_floods_are_caught_without_waiting_for_a_newline() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn an_agent_that_exits_after_one_turn_fails_second_turn_same_process() {
+    // The fixture exits after its first turn while a grandchild keeps stdout open for 30 s: the check must
+    // rely on the exit (plus the drain window), not on the pipe closing.
+    let mut plan = fixture("grandchild", Protocol::AwpJsonl);
+    plan.launch
+        .prefix_args
+        .extend(["--grandchild-secs".into(), "30".into()]);
+    let report = run_check(plan).await;
+    let text = report.render_text();
+    assert!(
+        matches!(
+            report.get("second_turn_same_process").map(|r| &r.outcome),
+            Some(Outcome::Fail { evidence }) if evidence.contains("exit")
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        report.get("turn_succeeds").map(|r| &r.outcome),
+        Some(&Outcome::Pass),
+        "{text}"
+    );
+    assert!(!report.passed());
+}
