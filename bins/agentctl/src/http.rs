@@ -217,12 +217,12 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
             biased;
             () = abort.cancelled() => break,
             message = rx.recv() => {
-                let Some(text) = message else { break };
-                let send = sink.send(Message::Text(text));
+                let Some(first) = message else { break };
+                let send = send_batch(&mut sink, &mut rx, first);
                 tokio::pin!(send);
                 let sent = tokio::select! {
-                    sent = &mut send => sent.is_ok(),
-                    () = abort.cancelled() => matches!(tokio::time::timeout(CLOSE_GRACE, &mut send).await, Ok(Ok(()))),
+                    sent = &mut send => sent,
+                    () = abort.cancelled() => matches!(tokio::time::timeout(CLOSE_GRACE, &mut send).await, Ok(true)),
                 };
                 if !sent {
                     client_gone = true;
@@ -244,6 +244,29 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
             reason.map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason));
         close(sink, stream, code, &reason).await;
     }
+}
+
+/// Most messages written to a socket before one flush: queued messages go out in one write instead of one
+/// syscall each.
+pub const MAX_BATCH_MESSAGES: usize = 256;
+
+/// Writes `first` and whatever else is queued right now (up to [`MAX_BATCH_MESSAGES`]), then flushes once.
+/// Returns whether the socket took them.
+async fn send_batch(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    rx: &mut SubscriberRx,
+    first: axum::extract::ws::Utf8Bytes,
+) -> bool {
+    if sink.feed(Message::Text(first)).await.is_err() {
+        return false;
+    }
+    for _ in 1..MAX_BATCH_MESSAGES {
+        let Some(next) = rx.try_recv() else { break };
+        if sink.feed(Message::Text(next)).await.is_err() {
+            return false;
+        }
+    }
+    sink.flush().await.is_ok()
 }
 
 /// Sends a close frame, then waits (bounded) for the client's close so the frame is not lost to a reset.

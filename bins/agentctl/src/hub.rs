@@ -75,6 +75,15 @@ impl SubscriberRx {
         Some(message)
     }
 
+    /// The next queued message if one is ready now (for batching writes).
+    pub fn try_recv(&mut self) -> Option<Utf8Bytes> {
+        let message = self.rx.try_recv().ok()?;
+        self.shared
+            .queued_bytes
+            .fetch_sub(message.len(), Ordering::Relaxed);
+        Some(message)
+    }
+
     /// Cancelled when the subscriber must stop without draining its queue (it fell behind).
     pub fn abort_token(&self) -> CancellationToken {
         self.shared.abort.clone()

@@ -152,6 +152,12 @@ pub async fn run(
         tracing::error!(message = %error.message, "AGENTCTL_AUTO_START: the agent did not start");
     }
     let stop_accepting = app.shutdown.clone();
+    // Small request/response exchanges and stream frames must not wait for Nagle's algorithm.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "setting TCP_NODELAY failed");
+        }
+    });
     let server = tokio::spawn(
         axum::serve(listener, http::router(app.clone()))
             .with_graceful_shutdown(async move { stop_accepting.cancelled().await })

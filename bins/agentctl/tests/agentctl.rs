@@ -339,7 +339,7 @@ async fn cancel_through_send_ends_the_prompt_as_cancelled() {
     let session = ctl.open_session().await;
     let prompt = {
         let base = ctl.base.clone();
-        let body = json!({"method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}});
+        let body = json!({"method": "session/prompt", "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait for cancel"}]}});
         tokio::spawn(async move {
             reqwest::Client::new()
                 .post(format!("{base}/api/v1/acp/call"))
@@ -373,7 +373,7 @@ async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
     ctl.start_agent().await;
     let session = ctl.open_session().await;
     let body = json!({"method": "session/prompt", "timeout_ms": 300,
-                      "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}});
+                      "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait for cancel"}]}});
     let (status, error) = ctl.post("/api/v1/acp/call", &body).await;
     check_error((status, error.clone()), 504, "timeout");
     assert_eq!(error["details"]["id"], "agentctl-3");

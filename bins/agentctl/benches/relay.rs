@@ -1,0 +1,231 @@
+//! agentctl relay benchmarks (custom harness): `/acp/call` round-trip latency through agentctl vs the same request
+//! straight over the fixture agent's stdio, and notifications/s delivered to 1 and 10 `/acp/stream` subscribers vs
+//! reading the same flood straight from the agent's stdout.
+//!
+//! Run: `cargo build --release -p agentwire-fixture-agents && cargo bench -p agentctl --bench relay`.
+//! Writes `$AGENTWIRE_BENCH_OUT/agentctl-relay.md` (default `target/bench-results/`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use agentwire_process::{Command, StdoutItem};
+use serde_json::json;
+use support::{Agentctl, Options};
+
+/// Round trips measured per side (after `WARMUP`).
+const CALLS: usize = 2_000;
+const WARMUP: usize = 200;
+/// Notifications per flood.
+const FLOOD: usize = 200_000;
+/// Floods per measurement (the median is reported).
+const FLOOD_RUNS: usize = 3;
+
+const NOTE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+/// Sequential `session/new` round trips straight over the fixture's stdio.
+async fn direct_round_trips() -> Vec<Duration> {
+    let mut child = Command::new(agentwire_testkit::bin_path("acp-fixture"))
+        .inherit_os_env()
+        .stdout_jsonl(agentwire_jsonl::Limits::default())
+        .spawn()
+        .expect("spawn acp-fixture");
+    let stdin = child.stdin();
+    let mut stdout = child.take_stdout().expect("stdout");
+    let mut samples = Vec::with_capacity(CALLS);
+    for n in 0..WARMUP + CALLS {
+        let line = json!({"jsonrpc": "2.0", "id": n, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}});
+        let started = Instant::now();
+        stdin
+            .write_line(serde_json::to_string(&line).expect("json").as_bytes())
+            .await
+            .expect("write");
+        loop {
+            match stdout.next().await {
+                Some(StdoutItem::Frame(agentwire_jsonl::Frame::Json(_))) => break,
+                Some(_) => {}
+                None => panic!("acp-fixture ended"),
+            }
+        }
+        if n >= WARMUP {
+            samples.push(started.elapsed());
+        }
+    }
+    samples
+}
+
+/// The same round trips through agentctl's `/api/v1/acp/call`.
+async fn agentctl_round_trips() -> Vec<Duration> {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_LOG_LEVEL", "warn"),
+    )
+    .await;
+    ctl.start_agent().await;
+    let url = format!("{}/api/v1/acp/call", ctl.base);
+    let body = serde_json::to_vec(
+        &json!({"method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
+    )
+    .expect("json");
+    let mut samples = Vec::with_capacity(CALLS);
+    for n in 0..WARMUP + CALLS {
+        let started = Instant::now();
+        let response = ctl
+            .http
+            .post(&url)
+            .body(body.clone())
+            .send()
+            .await
+            .expect("call");
+        assert_eq!(response.status(), 200);
+        response.bytes().await.expect("body");
+        if n >= WARMUP {
+            samples.push(started.elapsed());
+        }
+    }
+    samples
+}
+
+/// Reads one flood of `FLOOD` notifications straight from the agent's stdout; returns notifications/s.
+async fn direct_flood() -> f64 {
+    let script = format!("yes '{NOTE}' | head -n {FLOOD}");
+    let started = Instant::now();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .inherit_os_env()
+        .stdout_jsonl(agentwire_jsonl::Limits::default())
+        .spawn()
+        .expect("spawn sh");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let mut count = 0;
+    while let Some(item) = stdout.next().await {
+        if matches!(item, StdoutItem::Frame(agentwire_jsonl::Frame::Json(_))) {
+            count += 1;
+        }
+    }
+    assert_eq!(count, FLOOD);
+    FLOOD as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A shell agent that answers every request with a flood of `FLOOD` notifications followed by the answer.
+fn flood_agent() -> String {
+    let script = format!(
+        "i=0; while read -r line; do i=$((i+1)); yes '{NOTE}' | head -n {FLOOD}; \
+         printf '{{\"jsonrpc\":\"2.0\",\"id\":\"agentctl-%d\",\"result\":{{}}}}\\n' \"$i\"; done"
+    );
+    format!("sh -c {}", shlex::try_quote(&script).expect("quotable"))
+}
+
+/// Floods through agentctl to `subscribers` WebSocket subscribers; returns notifications/s each subscriber got.
+async fn agentctl_flood(subscribers: usize) -> Vec<f64> {
+    let options = Options::agent(flood_agent())
+        .env("AGENTCTL_LOG_LEVEL", "warn")
+        .env("AGENTCTL_SUBSCRIBER_QUEUE", (FLOOD + 16).to_string());
+    let ctl = Agentctl::start(options).await;
+    ctl.start_agent().await;
+    let mut rates = Vec::new();
+    for _ in 0..FLOOD_RUNS {
+        let mut readers = Vec::new();
+        for _ in 0..subscribers {
+            let mut ws = ctl.ws("/api/v1/acp/stream").await;
+            readers.push(tokio::spawn(async move {
+                use futures_util::StreamExt as _;
+                let mut count = 0;
+                while count < FLOOD {
+                    match ws.next().await {
+                        Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_))) => count += 1,
+                        Some(Ok(_)) => {}
+                        _ => panic!("stream ended after {count}"),
+                    }
+                }
+                (Instant::now(), ws)
+            }));
+        }
+        let started = Instant::now();
+        let (status, _) = ctl.call("flood", json!({})).await;
+        assert_eq!(status, 200);
+        let mut last = started;
+        for reader in readers {
+            let (done, ws) = reader.await.expect("reader");
+            last = last.max(done);
+            support::close(ws).await;
+        }
+        rates.push(FLOOD as f64 / (last - started).as_secs_f64());
+    }
+    rates
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let report = runtime.block_on(async {
+        let mut direct = direct_round_trips().await;
+        let mut relayed = agentctl_round_trips().await;
+        direct.sort();
+        relayed.sort();
+        let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
+        let (r50, r99) = (percentile(&relayed, 0.5), percentile(&relayed, 0.99));
+        let mut direct_rates = Vec::new();
+        for _ in 0..FLOOD_RUNS {
+            direct_rates.push(direct_flood().await);
+        }
+        let direct_rate = median(direct_rates);
+        let one = median(agentctl_flood(1).await);
+        let ten = median(agentctl_flood(10).await);
+        let mut out = String::new();
+        out.push_str("## agentctl relay\n\n");
+        out.push_str(&format!(
+            "`/acp/call` round trip (`session/new` on `acp-fixture`, {CALLS} sequential calls) vs the same request over stdio; \
+             flood of {FLOOD} `session/update` notifications (~150 B) vs reading it straight from the agent's stdout.\n\n"
+        ));
+        out.push_str("| measure | agentwire (agentctl) | baseline (direct stdio) | ratio |\n|---|---|---|---|\n");
+        out.push_str(&format!(
+            "| round trip p50 | {} | {} | {:.2}× |\n",
+            micros(r50),
+            micros(d50),
+            r50.as_secs_f64() / d50.as_secs_f64()
+        ));
+        out.push_str(&format!(
+            "| round trip p99 | {} | {} | {:.2}× |\n",
+            micros(r99),
+            micros(d99),
+            r99.as_secs_f64() / d99.as_secs_f64()
+        ));
+        out.push_str(&format!(
+            "| notifications/s, 1 subscriber | {one:.0} | {direct_rate:.0} | {:.2}× |\n",
+            direct_rate / one
+        ));
+        out.push_str(&format!(
+            "| notifications/s per subscriber, 10 subscribers | {ten:.0} | {direct_rate:.0} | {:.2}× |\n",
+            direct_rate / ten
+        ));
+        out.push_str("\nRatios are agentctl's cost relative to the baseline (time, or baseline rate / agentctl rate): lower is better; goals ≤ 2× round trip, ≥ 50 000 notifications/s to one subscriber.\n");
+        out
+    });
+    let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
+        std::path::PathBuf::from,
+    );
+    std::fs::create_dir_all(&dir).expect("bench output dir");
+    let path = dir.join("agentctl-relay.md");
+    std::fs::write(&path, &report).expect("write bench report");
+    println!("{report}");
+    println!("written to {}", path.display());
+}
