@@ -338,7 +338,8 @@ fn status_of(code: &str) -> RunStatus {
 /// Order (invariant 10): the user message and a `running` run are committed before the agent is even started;
 /// each session id is stored as soon as it is reported; text is stored in batches of
 /// [`TurnOptions::text_flush_bytes`]; the run's end is committed last. Every event is passed to `observer`
-/// (including the final `TurnCompleted`) after it is persisted. When `cancel` resolves the turn is cancelled (stop
+/// (including the final `TurnCompleted`) after it was recorded (text deltas into the pending batch, everything
+/// else committed). When `cancel` resolves the turn is cancelled (stop
 /// ladder) and recorded `cancelled`. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
 /// SIGKILL to its process group).
 ///
