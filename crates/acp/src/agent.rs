@@ -10,11 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
-    AuthenticateRequest, AuthenticateResponse, CancelNotification, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
+    AuthenticateRequest, AuthenticateResponse, CancelNotification, CreateTerminalRequest,
+    CreateTerminalResponse, InitializeRequest, InitializeResponse, KillTerminalRequest,
+    KillTerminalResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
     NewSessionResponse, PromptRequest, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
-    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification,
-    SessionUpdate, SetSessionModeRequest, SetSessionModeResponse, WriteTextFileRequest,
+    ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionRequest,
+    RequestPermissionResponse, SessionId, SessionNotification, SessionUpdate,
+    SetSessionModeRequest, SetSessionModeResponse, TerminalOutputRequest, TerminalOutputResponse,
+    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
     WriteTextFileResponse,
 };
 use agentwire_jsonrpc::{
@@ -129,6 +132,26 @@ async fn call<Req: Serialize, Resp: DeserializeOwned>(
     serde_json::from_value(answer).map_err(|error| AcpError::invalid_response(method, error))
 }
 
+/// Like [`call`], reading a `null` answer as `{}` (methods whose answer carries nothing but `_meta`).
+async fn call_null_as_empty<Req: Serialize, Resp: DeserializeOwned>(
+    connection: &Connection,
+    method: &str,
+    request: &Req,
+) -> Result<Resp, AcpError> {
+    let params =
+        serde_json::to_value(request).map_err(|error| AcpError::Encode(error.to_string()))?;
+    let answer = connection
+        .call(method, Some(params))
+        .await
+        .map_err(|error| AcpError::from_call(method, error))?;
+    let answer = if answer.is_null() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        answer
+    };
+    serde_json::from_value(answer).map_err(|error| AcpError::invalid_response(method, error))
+}
+
 impl ClientHandle {
     /// A handle over an existing connection.
     pub fn new(connection: Connection) -> ClientHandle {
@@ -193,20 +216,67 @@ impl ClientHandle {
         &self,
         request: &WriteTextFileRequest,
     ) -> Result<WriteTextFileResponse, AcpError> {
-        const METHOD: &str = "fs/write_text_file";
-        let params =
-            serde_json::to_value(request).map_err(|error| AcpError::Encode(error.to_string()))?;
-        let answer = self
-            .connection
-            .call(METHOD, Some(params))
-            .await
-            .map_err(|error| AcpError::from_call(METHOD, error))?;
-        let answer = if answer.is_null() {
-            Value::Object(serde_json::Map::new())
-        } else {
-            answer
-        };
-        serde_json::from_value(answer).map_err(|error| AcpError::invalid_response(METHOD, error))
+        call_null_as_empty(&self.connection, "fs/write_text_file", request).await
+    }
+
+    /// Asks `terminal/create` (only if the client advertised `terminal`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn create_terminal(
+        &self,
+        request: &CreateTerminalRequest,
+    ) -> Result<CreateTerminalResponse, AcpError> {
+        call(&self.connection, "terminal/create", request).await
+    }
+
+    /// Asks `terminal/output`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn terminal_output(
+        &self,
+        request: &TerminalOutputRequest,
+    ) -> Result<TerminalOutputResponse, AcpError> {
+        call(&self.connection, "terminal/output", request).await
+    }
+
+    /// Asks `terminal/wait_for_exit`.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn wait_for_terminal_exit(
+        &self,
+        request: &WaitForTerminalExitRequest,
+    ) -> Result<WaitForTerminalExitResponse, AcpError> {
+        call(&self.connection, "terminal/wait_for_exit", request).await
+    }
+
+    /// Asks `terminal/kill` (a `null` answer is read as `{}`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn kill_terminal(
+        &self,
+        request: &KillTerminalRequest,
+    ) -> Result<KillTerminalResponse, AcpError> {
+        call_null_as_empty(&self.connection, "terminal/kill", request).await
+    }
+
+    /// Asks `terminal/release` (a `null` answer is read as `{}`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn release_terminal(
+        &self,
+        request: &ReleaseTerminalRequest,
+    ) -> Result<ReleaseTerminalResponse, AcpError> {
+        call_null_as_empty(&self.connection, "terminal/release", request).await
     }
 }
 

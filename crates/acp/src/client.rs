@@ -37,6 +37,7 @@ use crate::handlers::{
     DynFsHandler, DynPermissionHandler, FsHandler, PermissionHandler, RejectPermissions,
 };
 use crate::kandev::{Dialect, KandevEvent, KandevMapper};
+use crate::terminal::{DynTerminalHandler, TerminalHandler};
 use crate::turn::{PROMPT, kandev_accept_outcome, prompt_outcome};
 use crate::update::{Update, UpdateParams, parse_update_params};
 
@@ -92,6 +93,7 @@ pub struct ClientBuilder {
     config: ClientConfig,
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
+    terminal: Option<Arc<dyn DynTerminalHandler>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -110,12 +112,13 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Default config, [`RejectPermissions`] (fail closed), no file system (`fs` not advertised).
+    /// Default config, [`RejectPermissions`] (fail closed), no file system and no terminals (neither advertised).
     pub fn new() -> Self {
         ClientBuilder {
             config: ClientConfig::default(),
             permission: Arc::new(RejectPermissions),
             fs: None,
+            terminal: None,
         }
     }
 
@@ -137,6 +140,12 @@ impl ClientBuilder {
         self
     }
 
+    /// Installs a terminal handler and advertises `terminal: true`.
+    pub fn terminal_handler(mut self, handler: impl TerminalHandler) -> Self {
+        self.terminal = Some(Arc::new(handler));
+        self
+    }
+
     /// The `clientCapabilities` this builder advertises.
     pub fn capabilities(&self) -> ClientCapabilities {
         let fs = self.fs.is_some();
@@ -144,7 +153,7 @@ impl ClientBuilder {
             .fs(FileSystemCapabilities::new()
                 .read_text_file(fs)
                 .write_text_file(fs))
-            .terminal(false)
+            .terminal(self.terminal.is_some())
     }
 
     /// A client over `reader` (the agent's stdout) and `writer` (the agent's stdin). Spawns its tasks on the current
@@ -212,6 +221,7 @@ impl ClientBuilder {
             router: router.clone(),
             permission: self.permission,
             fs: self.fs,
+            terminal: self.terminal,
         };
         tokio::spawn(dispatcher.run(incoming, control_rx));
         Client {
@@ -651,6 +661,7 @@ struct Dispatcher {
     router: Arc<Router>,
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
+    terminal: Option<Arc<dyn DynTerminalHandler>>,
 }
 
 impl Dispatcher {
@@ -697,6 +708,7 @@ impl Dispatcher {
                     router: self.router.clone(),
                     permission: self.permission.clone(),
                     fs: self.fs.clone(),
+                    terminal: self.terminal.clone(),
                 };
                 tokio::spawn(task.run(request));
             }
@@ -745,6 +757,7 @@ struct AgentRequestTask {
     router: Arc<Router>,
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
+    terminal: Option<Arc<dyn DynTerminalHandler>>,
 }
 
 fn parse_params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, ErrorObject> {
@@ -781,6 +794,10 @@ impl AgentRequestTask {
                     (Some(fs), Ok(params)) => to_result(fs.write_text_file(params).await),
                 }
             }
+            terminal if terminal.starts_with("terminal/") => match &self.terminal {
+                Some(handler) => handler.handle(terminal, params).await,
+                None => Err(ErrorObject::method_not_found(&method)),
+            },
             _ => Err(ErrorObject::method_not_found(&method)),
         };
         if let Err(error) = request.respond(result).await {

@@ -9,12 +9,13 @@
 //! [`conformance`] checks an agent command against the spec's obligations.
 //!
 //! It is **not** a JSON-RPC implementation (that is `agentwire-jsonrpc`) nor a process supervisor (that is
-//! `agentwire-process`); it does not render, persist, or decide permissions (handlers do). Terminals
-//! (`terminal/*`) are not implemented, so `clientCapabilities.terminal` is always `false`.
+//! `agentwire-process`); it does not render, persist, or decide permissions (handlers do). Capabilities are
+//! advertised from the handlers installed: `fs` with an [`FsHandler`], `terminal` with a [`TerminalHandler`]
+//! ([`ProcessTerminals`] runs commands through agentwire-process).
 //!
-//! IO lives in `client.rs`, `agent.rs`, `stdio.rs` and `fs.rs` (tokio tasks over the connection, the file system).
+//! IO lives in `client.rs`, `agent.rs`, `stdio.rs`, `fs.rs` and `terminal.rs` (tokio tasks over the connection, the file system).
 //! The decisions are pure and unit-tested: `turn.rs` (what a prompt answer means after a cancel), `update.rs`
-//! (classifying `session/update`), `kandev.rs` (dialect mapping), `fs::select_lines` (`line`/`limit`).
+//! (classifying `session/update`), `kandev.rs` (dialect mapping), `fs::select_lines` (`line`/`limit`), `terminal::OutputBuffer` (`outputByteLimit`).
 //!
 //! Spec: <https://agentclientprotocol.com/protocol/overview>; schema `fixtures/recordings/acp-schema-v1.json`;
 //! notes in protocols/acp.md. Obligations this crate keeps:
@@ -37,6 +38,7 @@ pub mod fs;
 mod handlers;
 pub mod kandev;
 mod stdio;
+pub mod terminal;
 pub mod turn;
 pub mod update;
 
@@ -48,6 +50,7 @@ pub use error::AcpError;
 pub use fs::{FsError, FsLimits, RootedFs};
 pub use handlers::{FsHandler, PermissionHandler, RejectPermissions};
 pub use kandev::Dialect;
+pub use terminal::{OutputBuffer, ProcessTerminals, TerminalHandler, TerminalLimits};
 pub use update::Update;
 
 /// The ACP v1 wire types (`agent_client_protocol_schema::v1`) and the protocol version type.

@@ -1,5 +1,5 @@
-//! The provided file handler: confinement to the root, `line`/`limit`, size limits at the limit and one past it, and
-//! the same through the wire (an agent asking over `fs/*`, including a 1 MB answer).
+//! The provided file and terminal handlers: confinement to the root, `line`/`limit`, size limits at the limit and one past it,
+//! the same through the wire (an agent asking over `fs/*`, including a 1 MB answer), and terminals run for an agent.
 
 mod support;
 
@@ -249,4 +249,43 @@ async fn a_one_megabyte_read_answer_crosses_the_wire() {
     let text = fs_turn(&tree.root, builder, &format!("read {}", path.display())).await;
     assert_eq!(text.len(), big.len());
     assert!(text == big);
+}
+
+async fn terminal_turn(builder: ClientBuilder, prompt: &str) -> (String, support::Tap) {
+    let (client, tap) = memory_pair(Mode::Terminal, builder);
+    within(client.initialize()).await.expect("initialize");
+    let mut session = within(client.new_session(Path::new("/tmp")))
+        .await
+        .expect("session");
+    let turn = within(session.prompt_text(prompt)).await.expect("prompt");
+    let (updates, result) = within(turn.finish()).await;
+    assert!(result.is_ok(), "{result:?}");
+    (
+        updates
+            .iter()
+            .filter_map(|u| u.agent_text().map(str::to_owned))
+            .collect(),
+        tap,
+    )
+}
+
+#[tokio::test]
+async fn terminals_run_commands_for_the_agent() {
+    use agentwire_acp::{ProcessTerminals, TerminalLimits};
+    let terminals =
+        || ClientBuilder::new().terminal_handler(ProcessTerminals::new(TerminalLimits::default()));
+    assert!(terminals().capabilities().terminal);
+    let (text, tap) = terminal_turn(terminals(), "printf hello-terminal").await;
+    assert_eq!(text, "exit 0 truncated false: hello-terminal");
+    tap.assert_clean(true);
+    // outputByteLimit keeps the last bytes, at a character boundary: at the limit, and one past it.
+    let (text, _) = terminal_turn(terminals(), "limit=5 printf héllo").await;
+    assert_eq!(text, "exit 0 truncated true: éllo");
+    let (text, _) = terminal_turn(terminals(), "limit=6 printf héllo").await;
+    assert_eq!(text, "exit 0 truncated false: héllo");
+    let (text, _) = terminal_turn(terminals(), "false").await;
+    assert_eq!(text, "exit 1 truncated false: ");
+    // Without a handler, terminal/* is not served.
+    let (text, _) = terminal_turn(ClientBuilder::new(), "printf x").await;
+    assert_eq!(text, "error -32601 ");
 }

@@ -98,6 +98,20 @@ fn method_defs(side: Side, method: &str) -> Option<(&'static str, Option<&'stati
         (Side::Agent, "fs/write_text_file") => {
             ("WriteTextFileRequest", Some("WriteTextFileResponse"))
         }
+        (Side::Agent, "terminal/create") => {
+            ("CreateTerminalRequest", Some("CreateTerminalResponse"))
+        }
+        (Side::Agent, "terminal/output") => {
+            ("TerminalOutputRequest", Some("TerminalOutputResponse"))
+        }
+        (Side::Agent, "terminal/wait_for_exit") => (
+            "WaitForTerminalExitRequest",
+            Some("WaitForTerminalExitResponse"),
+        ),
+        (Side::Agent, "terminal/kill") => ("KillTerminalRequest", Some("KillTerminalResponse")),
+        (Side::Agent, "terminal/release") => {
+            ("ReleaseTerminalRequest", Some("ReleaseTerminalResponse"))
+        }
         _ => return None,
     })
 }
