@@ -50,19 +50,20 @@ pub struct Config {
     /// [`Stats::too_long_lines`], logged, and the connection continues with the next line. Nothing is answered
     /// (the id is unknown): a call whose response is too long ends only by its timeout or by the connection closing.
     pub max_line_bytes: usize,
-    /// Most outgoing calls waiting for an answer at once. Default 1024.
+    /// Most outgoing calls waiting for an answer at once. Default 1024 (0 refuses every call).
     /// Past it, [`Connection::call`] fails at once with [`CallError::TooManyPendingCalls`] and sends nothing.
     pub max_pending_calls: usize,
-    /// Most incoming requests accepted but not yet answered (queued or being handled). Default 256.
+    /// Most incoming requests accepted but not yet answered (queued or being handled). Default 256 (0 answers
+    /// every request busy).
     /// Past it, a new request is answered at once with -32603 (`"server busy"`, `data: {"maxInFlight": n}`) and
     /// never reaches [`Incoming`]; counted in [`Stats::busy_rejections`]. -32603 is used rather than a
     /// server-defined code because every JSON-RPC peer understands it.
     pub max_incoming_in_flight: usize,
-    /// Capacity, in messages, of the queue between the reader task and [`Incoming::next`]. Default 64.
+    /// Capacity, in messages, of the queue between the reader task and [`Incoming::next`]. Default 64 (0 acts as 1).
     /// When it is full the reader stops reading: back-pressure to the peer through the OS pipe, never unbounded
     /// buffering. Responses to our calls are read by the same reader, so drain [`Incoming`] while waiting on calls.
     pub incoming_queue: usize,
-    /// Capacity, in messages, of the queue to the writer task. Default 64.
+    /// Capacity, in messages, of the queue to the writer task. Default 64 (0 acts as 1).
     /// When it is full, `call`, `notify` and `respond` wait for room (back-pressure from a slow peer).
     pub outgoing_queue: usize,
     /// Timeout of [`Connection::call`]. Default `None` (no timeout): an ACP `session/prompt` lasts a whole agent
@@ -1021,6 +1022,20 @@ async fn write_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handles_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Connection>();
+        send_sync::<Config>();
+        send::<Incoming>();
+        send::<IncomingRequest>();
+        send::<Responder>();
+        send::<PendingCall>();
+        send_sync::<CallError>();
+        send_sync::<SendError>();
+    }
 
     #[test]
     fn default_config_is_documented() {
