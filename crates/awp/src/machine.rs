@@ -539,7 +539,10 @@ impl TurnMachine {
             return;
         };
         let mut outcome = TurnOutcome::new(status);
-        outcome.session_id = turn.session_id.clone();
+        outcome.session_id = turn
+            .session_id
+            .clone()
+            .or_else(|| self.latest_session_id.clone());
         outcome.usage = turn.stream_usage();
         if let Some(result) = result {
             if result.usage.is_some() {

@@ -147,7 +147,8 @@ pub struct TurnOutcome {
     /// Success or failure with a stable code.
     #[serde(flatten)]
     pub status: TurnStatus,
-    /// The latest valid session id reported during the turn (`result` wins over `init`).
+    /// The session id in use at the end of the turn: the latest valid id reported in this turn (`result` wins
+    /// over `init`), else the latest reported earlier in this process, else the one resumed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
     /// Token usage from `result.usage` (or the raw stream's `message_start`/`message_delta` usage).

@@ -187,6 +187,9 @@ impl AgentSession {
     /// Writes one user turn (exactly one stdin write attempt) and accepts the turn; then read its events with
     /// [`next_event`](Self::next_event). Output already waiting before the write is attributed to no turn.
     ///
+    /// Not cancel-safe: dropping the future during the write may leave a partial line in the pipe (never
+    /// retried); stop the session then.
+    ///
     /// # Errors
     /// [`TurnError`]; no turn was accepted and no `TurnCompleted` will follow.
     pub async fn send_turn(&mut self, blocks: &[ContentBlock]) -> Result<(), TurnError> {
