@@ -1,9 +1,11 @@
 //! Property tests of the sans-IO turn machine: random event sequences always give exactly one `TurnCompleted`
-//! per accepted turn, and nothing is emitted outside a turn.
+//! per accepted turn, and nothing is emitted outside a turn; any split of the stdout bytes gives the same events.
 
 use std::time::{Duration, Instant};
 
-use agentwire_awp::{ExitInfo, MachineConfig, NormalizedEvent, Protocol, TurnMachine};
+use agentwire_awp::{
+    ExitInfo, MachineConfig, NormalizedEvent, Protocol, StdoutDecoder, TurnMachine,
+};
 use proptest::prelude::*;
 
 const LINES: &[&str] = &[
@@ -111,5 +113,54 @@ proptest! {
         drain(&mut machine, &mut open, &mut completed)?;
         prop_assert_eq!(completed, accepted);
         prop_assert!(machine.handle_input_sent(now).is_err());
+    }
+}
+
+const RECORDING: &str =
+    include_str!("../../../fixtures/recordings/claude-stream-json-partial-two-turns.jsonl");
+
+/// Feeds `chunks` of one turn's stdout through the shell's decoder and the machine; returns the events.
+fn feed_turn(chunks: &[&[u8]]) -> Vec<NormalizedEvent> {
+    let mut machine = TurnMachine::new(MachineConfig::new(Protocol::StreamJson));
+    let mut decoder = StdoutDecoder::new(4 * 1024 * 1024);
+    let now = Instant::now();
+    machine.handle_input_sent(now).expect("accepted");
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder.feed(&mut machine, chunk, now);
+        events.extend(std::iter::from_fn(|| machine.poll_event()));
+    }
+    decoder.finish(&mut machine, now);
+    machine.handle_exit(
+        ExitInfo {
+            code: Some(0),
+            signal: None,
+        },
+        now,
+    );
+    events.extend(std::iter::from_fn(|| machine.poll_event()));
+    events
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_split_of_stdout_gives_the_same_events(mut cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..40)) {
+        // The first turn of the real recording (up to and including its result line).
+        let end = RECORDING.find("\n{\"type\":\"system\",\"subtype\":\"init\"").expect("two turns");
+        let turn = &RECORDING.as_bytes()[..=end];
+        let whole = feed_turn(&[turn]);
+        prop_assert!(matches!(whole.last(), Some(NormalizedEvent::TurnCompleted(_))));
+        let mut points: Vec<usize> = cuts.drain(..).map(|i| i.index(turn.len() + 1)).collect();
+        points.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        for p in points {
+            chunks.push(&turn[start..p]);
+            start = p;
+        }
+        chunks.push(&turn[start..]);
+        prop_assert_eq!(feed_turn(&chunks), whole);
     }
 }

@@ -354,3 +354,18 @@ fn a_flood_without_newline_terminates_as_soon_as_it_crosses_the_limit() {
         ],
     );
 }
+
+#[test]
+fn many_small_lines_never_add_up_to_the_line_limit() {
+    // Hazard: an SDK that never reset its byte counter hung after many small lines. 70 000 lines, ~6 MB in all.
+    let mut stream = Vec::new();
+    for i in 0..70_000 {
+        stream.extend_from_slice(delta_line(&format!("{i:05} ")).as_bytes());
+    }
+    let total = stream.len();
+    assert!(total > 5_000_000);
+    let Run { events, machine } = run(awp(), vec![Input, Out(stream), out(RESULT)]);
+    assert_eq!(events.len(), 70_001);
+    assert_eq!(events.last().map(String::as_str), Some(DONE));
+    assert_eq!(machine.counters().lines_too_long, 0);
+}

@@ -523,3 +523,22 @@ async fn spawn_failure_is_typed() {
         ("spawn_failed", "executable_not_found")
     );
 }
+
+#[tokio::test]
+async fn an_agent_ignoring_sigterm_is_killed_at_the_end_of_the_ladder() {
+    // `trap '' TERM` is inherited by `sleep` (ignored dispositions survive exec); stdin EOF is never read.
+    let script = r#"trap '' TERM; read -r line; printf '{"type":"result","subtype":"success"}\n'; exec sleep 30"#;
+    let mut options = SessionOptions::default();
+    options.stop_plan = StopPlan::new()
+        .stdin_grace(Duration::from_millis(200))
+        .term_grace(Duration::from_millis(200));
+    let mut session = spawn(&sh_plan(script, &[]), options).await;
+    let events = turn(&mut session, "q").await;
+    assert_eq!(outcome(&events).status, TurnStatus::Success);
+    let stopped = tokio::time::timeout(WAIT, session.stop())
+        .await
+        .expect("stopped in time");
+    assert_eq!(stopped.ended_by, StopStep::Sigkill);
+    assert_eq!(stopped.status.signal, Some(9));
+    assert!(!session.is_alive());
+}
