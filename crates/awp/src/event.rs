@@ -64,8 +64,10 @@ pub enum OutputEvent {
     },
     /// A JSON object with a `type` this crate does not know: skipped and counted, never fatal.
     Unknown {
-        /// The `type` value (when a string).
+        /// The `type` value.
         event_type: String,
+        /// The whole line as parsed, kept for logs and relays.
+        raw: Value,
     },
 }
 
@@ -356,6 +358,7 @@ impl OutputEvent {
             },
             other => OutputEvent::Unknown {
                 event_type: other.to_owned(),
+                raw: value.clone(),
             },
         })
     }
@@ -610,6 +613,7 @@ mod tests {
             r#"{"type":"brand_new"}"#,
             Ok(OutputEvent::Unknown {
                 event_type: "brand_new".into(),
+                raw: serde_json::json!({"type": "brand_new"}),
             }),
         );
     }

@@ -621,7 +621,7 @@ impl TurnMachine {
                     self.notice(&event_type, None);
                 }
             }
-            OutputEvent::Unknown { event_type } => {
+            OutputEvent::Unknown { event_type, .. } => {
                 tracing::debug!(event_type, "unknown agent event type (skipped)");
                 self.counters.unknown_events += 1;
             }

@@ -542,3 +542,16 @@ async fn an_agent_ignoring_sigterm_is_killed_at_the_end_of_the_ladder() {
     assert_eq!(stopped.status.signal, Some(9));
     assert!(!session.is_alive());
 }
+
+#[tokio::test]
+async fn the_agent_runs_in_the_configured_working_directory() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cwd = dir.path().canonicalize().expect("canonical path");
+    let script = r#"read -r line; printf '{"type":"result","subtype":"success","result":"%s"}\n' "$(pwd -P)""#;
+    let mut options = SessionOptions::default();
+    options.cwd = Some(cwd.clone());
+    let mut session = spawn(&sh_plan(script, &[]), options).await;
+    let events = turn(&mut session, "q").await;
+    assert_eq!(outcome(&events).result_text.as_deref(), cwd.to_str());
+    session.stop().await;
+}
