@@ -29,7 +29,8 @@ pub enum Update {
 impl Update {
     /// Parses an `update` object; never fails (see [`Update::Raw`]).
     pub fn from_value(update: Value) -> Update {
-        match serde_json::from_value::<SessionUpdate>(update.clone()) {
+        // Deserialize from a reference: a multi-megabyte update is not copied.
+        match <SessionUpdate as serde::Deserialize>::deserialize(&update) {
             Ok(known) => Update::Known(Box::new(known)),
             Err(error) => Update::Raw {
                 kind: update
@@ -43,6 +44,7 @@ impl Update {
     }
 
     /// The update's kind: `agent_message_chunk`, `tool_call`, … (the `sessionUpdate` value), or the raw kind.
+    /// For a known update this serializes it (cost proportional to its size): meant for diagnostics and tests.
     pub fn kind(&self) -> Option<String> {
         match self {
             Update::Known(update) => serde_json::to_value(update.as_ref())
