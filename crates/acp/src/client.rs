@@ -216,7 +216,8 @@ impl ClientBuilder {
             max_unrouted: self.config.max_unrouted_updates,
             counters: Counters::default(),
         });
-        let (control_tx, control_rx) = mpsc::channel(16);
+        // Unbounded but small: at most one barrier per turn that is ending.
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
         let dispatcher = Dispatcher {
             router: router.clone(),
             permission: self.permission,
@@ -272,7 +273,7 @@ impl std::fmt::Debug for Client {
 struct Inner {
     connection: Connection,
     router: Arc<Router>,
-    control: mpsc::Sender<Control>,
+    control: mpsc::UnboundedSender<Control>,
     capabilities: ClientCapabilities,
     config: ClientConfig,
     state: Mutex<State>,
@@ -550,10 +551,10 @@ impl Client {
     }
 
     /// Asks the dispatcher to route every message read so far; resolves when it has (or when it is gone).
-    async fn barrier(&self) -> oneshot::Receiver<()> {
+    fn barrier(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         // If the dispatcher is gone, the receiver resolves (with an error) at once: nothing is left to route.
-        let _ = self.inner.control.send(Control::Barrier(tx)).await;
+        let _ = self.inner.control.send(Control::Barrier(tx));
         rx
     }
 }
@@ -665,7 +666,7 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    async fn run(self, mut incoming: Incoming, mut control: mpsc::Receiver<Control>) {
+    async fn run(self, mut incoming: Incoming, mut control: mpsc::UnboundedReceiver<Control>) {
         let mut control_open = true;
         loop {
             tokio::select! {
@@ -1113,48 +1114,49 @@ impl Turn<'_> {
         (updates, Err(AcpError::ConnectionClosed))
     }
 
-    async fn end_with(&mut self, outcome: Result<StopReason, AcpError>) {
-        let barrier = self.session.client.barrier().await;
+    /// Synchronous, so that no outcome is lost when a `next()` future is dropped.
+    fn end_with(&mut self, outcome: Result<StopReason, AcpError>) {
+        let barrier = self.session.client.barrier();
         self.phase = Phase::Barrier(barrier, outcome);
     }
 
-    /// The next event; `None` after [`TurnEvent::End`]. Cancel-safe.
+    /// The next event; `None` after [`TurnEvent::End`]. Cancel-safe: dropping the future loses nothing.
     pub async fn next(&mut self) -> Option<TurnEvent> {
         loop {
-            match std::mem::replace(&mut self.phase, Phase::Done) {
+            match &mut self.phase {
                 Phase::Done => return None,
-                Phase::Ending(outcome) => match self.session.try_recv() {
-                    Some(Routed::Update(update)) => {
-                        self.phase = Phase::Ending(outcome);
-                        return Some(TurnEvent::Update(update));
-                    }
-                    Some(Routed::KandevEnd(_)) => self.phase = Phase::Ending(outcome),
+                Phase::Ending(_) => match self.session.try_recv() {
+                    Some(Routed::Update(update)) => return Some(TurnEvent::Update(update)),
+                    Some(Routed::KandevEnd(_)) => {}
                     None => {
                         *lock(&self.session.shared.turn) = None;
-                        return Some(TurnEvent::End(outcome));
+                        if let Phase::Ending(outcome) =
+                            std::mem::replace(&mut self.phase, Phase::Done)
+                        {
+                            return Some(TurnEvent::End(outcome));
+                        }
                     }
                 },
-                Phase::Barrier(mut ack, outcome) => {
-                    tokio::select! {
+                Phase::Barrier(ack, _) => {
+                    let routed = tokio::select! {
                         biased;
-                        routed = self.session.recv() => {
-                            self.phase = Phase::Barrier(ack, outcome);
-                            if let Some(Routed::Update(update)) = routed {
-                                return Some(TurnEvent::Update(update));
-                            }
-                            if routed.is_none() {
-                                // The dispatcher is gone: nothing more will be routed.
-                                self.phase = match std::mem::replace(&mut self.phase, Phase::Done) {
-                                    Phase::Barrier(_, outcome) => Phase::Ending(outcome),
-                                    other => other,
-                                };
+                        routed = self.session.recv() => routed,
+                        _ = ack => None,
+                    };
+                    match routed {
+                        Some(Routed::Update(update)) => return Some(TurnEvent::Update(update)),
+                        Some(Routed::KandevEnd(_)) => {}
+                        // Acknowledged, or the dispatcher is gone: nothing more will be routed before the end.
+                        None => {
+                            if let Phase::Barrier(_, outcome) =
+                                std::mem::replace(&mut self.phase, Phase::Done)
+                            {
+                                self.phase = Phase::Ending(outcome);
                             }
                         }
-                        _ = &mut ack => self.phase = Phase::Ending(outcome),
                     }
                 }
                 Phase::Running => {
-                    self.phase = Phase::Running;
                     if let Some(event) = self.poll_running().await {
                         return Some(event);
                     }
@@ -1177,15 +1179,16 @@ impl Turn<'_> {
                         end.map_err(|message| AcpError::TurnFailed { message })
                     };
                     self.call = None;
-                    self.end_with(outcome).await;
+                    self.end_with(outcome);
                 }
                 Some(Routed::KandevEnd(_)) => {}
                 None => {
                     // The connection closed. The pending call fails with ConnectionClosed, unless it was answered.
-                    let answer = match self.call.take() {
+                    let answer = match self.call.as_mut() {
                         Some(call) => call.await,
                         None => Err(agentwire_jsonrpc::CallError::ConnectionClosed),
                     };
+                    self.call = None;
                     let cancelled = self.token.is_cancelled();
                     let outcome = if kandev {
                         kandev_accept_outcome(cancelled, answer).unwrap_or(Err(AcpError::ConnectionClosed))
@@ -1200,16 +1203,16 @@ impl Turn<'_> {
                 let cancelled = self.token.is_cancelled();
                 if kandev {
                     if let Some(outcome) = kandev_accept_outcome(cancelled, answer) {
-                        self.end_with(outcome).await;
+                        self.end_with(outcome);
                     }
                 } else {
                     let outcome = prompt_outcome(cancelled, answer);
-                    self.end_with(outcome).await;
+                    self.end_with(outcome);
                 }
             }
             () = self.token.cancelled(), if kandev && self.call.is_none() => {
                 // The Kandev dialect has no answer to wait for after a cancel.
-                self.end_with(Ok(StopReason::Cancelled)).await;
+                self.end_with(Ok(StopReason::Cancelled));
             }
         }
         None

@@ -398,3 +398,48 @@ async fn advertised_capabilities_follow_the_installed_handlers() {
     assert!(client.capabilities().fs.read_text_file);
     tap.assert_clean(true);
 }
+
+#[tokio::test]
+async fn dropping_next_futures_loses_nothing() {
+    use futures_util::FutureExt as _;
+    let (_client, mut session, tap) = open(Mode::LateUpdates, ClientBuilder::new()).await;
+    for _ in 0..3 {
+        let mut turn = within(session.prompt_text("poll me"))
+            .await
+            .expect("prompt sent");
+        let mut events = Vec::new();
+        within(async {
+            loop {
+                // Poll once and drop the future when it is not ready.
+                match turn.next().now_or_never() {
+                    Some(Some(TurnEvent::Update(update))) => events.push(render(&update)),
+                    Some(Some(TurnEvent::End(result))) => events.push(outcome(&result)),
+                    Some(None) => break,
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        })
+        .await;
+        // The outcome is the last event, exactly once.
+        assert_eq!(
+            events.last().map(String::as_str),
+            Some("EndTurn"),
+            "{events:?}"
+        );
+        assert_eq!(events.iter().filter(|e| *e == "EndTurn").count(), 1);
+        drop(turn);
+        // Whatever the turn did not yield of the two late updates arrives on the session.
+        let mut late: Vec<String> = events
+            .iter()
+            .filter(|e| e.starts_with("text:"))
+            .cloned()
+            .collect();
+        while late.len() < 2 {
+            late.push(render(
+                &within(session.next_update()).await.expect("late update"),
+            ));
+        }
+        assert_eq!(late, ["text:late 1", "text:late 2"]);
+    }
+    tap.assert_clean(true);
+}
