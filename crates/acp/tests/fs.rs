@@ -289,3 +289,75 @@ async fn terminals_run_commands_for_the_agent() {
     let (text, _) = terminal_turn(ClientBuilder::new(), "printf x").await;
     assert_eq!(text, "error -32601 ");
 }
+
+#[tokio::test]
+async fn terminal_limits_hold_at_the_limit_and_one_past_it() {
+    use agentwire_acp::schema::{
+        CreateTerminalRequest, ReleaseTerminalRequest, TerminalOutputRequest,
+        WaitForTerminalExitRequest,
+    };
+    use agentwire_acp::{ProcessTerminals, TerminalHandler, TerminalLimits};
+    let limits = TerminalLimits {
+        default_output_byte_limit: 4,
+        max_output_byte_limit: 6,
+        max_terminals: 1,
+    };
+    let terminals = ProcessTerminals::new(limits);
+    let run = |limit: Option<u64>| {
+        CreateTerminalRequest::new("s", "printf")
+            .args(vec!["0123456789".to_owned()])
+            .output_byte_limit(limit)
+    };
+    // At max_terminals: one runs; one past it is refused until it is released.
+    let first = within(terminals.create(run(None)))
+        .await
+        .expect("first terminal")
+        .terminal_id;
+    let refused = within(terminals.create(run(None)))
+        .await
+        .expect_err("second terminal");
+    assert_eq!(refused.code.0, -32603);
+    within(terminals.wait_for_exit(WaitForTerminalExitRequest::new("s", first.clone())))
+        .await
+        .expect("exit");
+    // The default limit applies without outputByteLimit.
+    let output = within(terminals.output(TerminalOutputRequest::new("s", first.clone())))
+        .await
+        .expect("output");
+    assert!(output.exit_status.is_some());
+    assert!(output.output.len() <= 4 && output.truncated, "{output:?}");
+    within(terminals.release(ReleaseTerminalRequest::new("s", first.clone())))
+        .await
+        .expect("release");
+    let gone = within(terminals.output(TerminalOutputRequest::new("s", first)))
+        .await
+        .expect_err("released");
+    assert_eq!(gone.code.0, -32002);
+    // A requested limit over max_output_byte_limit is clamped to it (6), one at it is honoured (6).
+    for requested in [6, 7] {
+        let id = within(terminals.create(run(Some(requested))))
+            .await
+            .expect("terminal")
+            .terminal_id;
+        within(terminals.wait_for_exit(WaitForTerminalExitRequest::new("s", id.clone())))
+            .await
+            .expect("exit");
+        let output = within(async {
+            loop {
+                let output = terminals
+                    .output(TerminalOutputRequest::new("s", id.clone()))
+                    .await
+                    .expect("output");
+                if output.output == "456789" {
+                    break output;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(output.truncated);
+        within(terminals.release(ReleaseTerminalRequest::new("s", id)))
+            .await
+            .expect("release");
+    }
+}
