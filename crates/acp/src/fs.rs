@@ -1,4 +1,4 @@
-//! [`RootedFs`]: the provided [`FsHandler`](crate::FsHandler), confined to one directory tree.
+//! [`RootedFs`]: the provided [`FsHandler`], confined to one directory tree.
 //!
 //! Source: ACP v1 "File System" (`fs/read_text_file {sessionId, path, line?, limit?}` → `{content}`,
 //! `fs/write_text_file {sessionId, path, content}` → `{}`); paths are absolute, `line` is 1-based.
