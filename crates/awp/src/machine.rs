@@ -857,6 +857,8 @@ impl TurnMachine {
 /// the limit, not when its newline finally arrives (the decoder's `Frame::TooLong` then is skipped): an agent that
 /// floods stdout without a newline must not hang the turn (`protocols/awp.md`: "an unbroken stdout buffer over
 /// 4 MiB terminates the runtime"; the limit is per line, not per read chunk). Memory held is at most one line.
+/// Lines are only framed here (`JsonlDecoder::framing_only`): [`TurnMachine::handle_line`] parses each line once
+/// and counts what is not a JSON object (invalid UTF-8 included) as malformed.
 #[derive(Debug)]
 pub struct StdoutDecoder {
     decoder: JsonlDecoder,
@@ -873,7 +875,7 @@ impl StdoutDecoder {
             ..agentwire_jsonl::Limits::default()
         };
         Self {
-            decoder: JsonlDecoder::new(limits),
+            decoder: JsonlDecoder::framing_only(limits),
             buf: BytesMut::new(),
             reported_discard: false,
         }

@@ -201,6 +201,11 @@ impl AgentSession {
             return Err(TurnRejected::Terminated.into());
         }
         self.drain_ready_output();
+        if let Err(rejected) = self.machine.can_accept_turn() {
+            // Output waiting since the last turn ended the runtime (an over-long line): stop, write nothing.
+            self.run_actions().await;
+            return Err(rejected.into());
+        }
         if self.child.try_wait().is_some() {
             return Err(TurnRejected::Exited.into());
         }
@@ -231,7 +236,7 @@ impl AgentSession {
     /// another turn afterwards. Returns the stop outcome.
     pub async fn cancel_turn(&mut self) -> StopOutcome {
         self.machine.handle_cancel(now());
-        self.run_actions().await;
+        while self.machine.poll_action().is_some() {}
         self.stop().await
     }
 
