@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use agentwire_awp::{ContentBlock, user_line};
-use agentwire_host::agents::AgentRegistry;
-use agentwire_host::store::{NewRun, RunEnd, RunStatus, Store, ThreadChoice};
+use agentwire_host::agents::{AgentRegistry, AgentSpec};
+use agentwire_host::store::{
+    NewRun, RunEnd, RunStatus, Store, StoreConfig, Synchronous, ThreadChoice,
+};
 use agentwire_host::turn::{TurnOptions, TurnRequest, run_turn};
 use agentwire_process::{Command, StdoutItem};
 
@@ -77,51 +79,78 @@ async fn turn_overhead(out: &mut String, tmp: &Path) {
     );
     let registry = AgentRegistry::load(&config, &|_| None, None).unwrap();
     let agent = registry.resolve(Some("fx")).unwrap().clone();
-    let mut store = Store::open(&tmp.join("data-turn")).unwrap();
+    let mut full = Store::open(&tmp.join("data-turn-full")).unwrap();
+    let normal_config = StoreConfig {
+        synchronous: Synchronous::Normal,
+        ..StoreConfig::default()
+    };
+    let mut normal = Store::open_with(&tmp.join("data-turn-normal"), normal_config).unwrap();
     let options = TurnOptions::default();
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    let (mut ours_full, mut ours_normal, mut base) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..TURNS + 3 {
-        let request = TurnRequest {
-            thread: None,
-            model: None,
-            prompt: "hi".into(),
-            attachments: Vec::new(),
-        };
-        let t = Instant::now();
-        let report = run_turn(
-            &mut store,
-            &agent,
-            request,
-            &options,
-            &mut |_| {},
-            std::future::pending(),
-        )
-        .await
-        .unwrap();
-        let d = t.elapsed();
-        assert_eq!(report.status, RunStatus::Succeeded);
+        let d_full = timed_turn(&mut full, &agent, &options).await;
+        let d_normal = timed_turn(&mut normal, &agent, &options).await;
         let t = Instant::now();
         bare_pipe_turn(&["--mode", "normal"]).await;
         let b = t.elapsed();
         if i >= 3 {
-            ours.push(d);
+            ours_full.push(d_full);
+            ours_normal.push(d_normal);
             base.push(b);
         }
     }
-    let (m_ours, m_base) = (median(ours.clone()), median(base.clone()));
-    let ratio = m_ours.as_secs_f64() / m_base.as_secs_f64();
+    let m_base = median(base.clone());
+    let row = |name: &str, v: Vec<Duration>| {
+        let m = median(v.clone());
+        format!(
+            "| {name} | {m:.2?} | {:.2?} | {:.2}× |\n",
+            p90(v),
+            m.as_secs_f64() / m_base.as_secs_f64()
+        )
+    };
     writeln!(
         out,
-        "\n### One trivial turn (spawn, turn, stop), {TURNS} runs each\n"
+        "\n### One trivial turn (spawn, turn, stop), {TURNS} runs each, interleaved\n"
     )
     .unwrap();
-    writeln!(
-        out,
-        "| implementation | median | p90 | ratio vs baseline (goal ≤ 1.2×) |\n|---|---|---|---|"
+    out.push_str(
+        "| implementation | median | p90 | ratio vs baseline (goal ≤ 1.2×) |\n|---|---|---|---|\n",
+    );
+    out.push_str(&row(
+        "agentwire-host `run_turn`, SQLite WAL synchronous=FULL (default; 4 commits per turn)",
+        ours_full,
+    ));
+    out.push_str(&row(
+        "agentwire-host `run_turn`, SQLite WAL synchronous=NORMAL",
+        ours_normal,
+    ));
+    out.push_str(&row(
+        "baseline: bare pipe to awp-fixture (write line, read to `result`, close, wait)",
+        base,
+    ));
+}
+
+async fn timed_turn(store: &mut Store, agent: &AgentSpec, options: &TurnOptions) -> Duration {
+    let request = TurnRequest {
+        thread: None,
+        model: None,
+        prompt: "hi".into(),
+        attachments: Vec::new(),
+    };
+    let t = Instant::now();
+    let report = run_turn(
+        store,
+        agent,
+        request,
+        options,
+        &mut |_| {},
+        std::future::pending(),
     )
+    .await
     .unwrap();
-    writeln!(out, "| agentwire-host `run_turn` (SQLite WAL, synchronous=FULL, 4 commits) | {m_ours:.2?} | {:.2?} | {ratio:.2}× |", p90(ours)).unwrap();
-    writeln!(out, "| baseline: bare pipe to awp-fixture (write line, read to `result`, close, wait) | {m_base:.2?} | {:.2?} | 1.00× |", p90(base)).unwrap();
+    let d = t.elapsed();
+    assert_eq!(report.status, RunStatus::Succeeded);
+    d
 }
 
 async fn run_host(data: &Path, config: &Path, args: &[&str]) -> (i32, Vec<u8>) {
@@ -243,6 +272,7 @@ async fn resident_memory(out: &mut String, tmp: &Path) {
                         usage: None,
                         error_code: None,
                         total_cost_usd: None,
+                        pending_text: None,
                     },
                 )
                 .unwrap();

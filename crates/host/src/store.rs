@@ -26,6 +26,8 @@ pub struct StoreConfig {
     pub busy_timeout: Duration,
     /// Maximum thread title length in characters; the first prompt line is cut there (with `…`). Default 80.
     pub max_title_chars: usize,
+    /// When a commit reaches the disk. Default [`Synchronous::Full`].
+    pub synchronous: Synchronous,
 }
 
 impl Default for StoreConfig {
@@ -33,8 +35,19 @@ impl Default for StoreConfig {
         Self {
             busy_timeout: Duration::from_secs(5),
             max_title_chars: 80,
+            synchronous: Synchronous::Full,
         }
     }
+}
+
+/// SQLite's `PRAGMA synchronous` in WAL mode: what a committed write survives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// `FULL`: every commit is fsynced before it returns; survives a host crash and a power loss.
+    Full,
+    /// `NORMAL`: commits reach the OS at once and the disk at checkpoints; survives a host crash (the
+    /// invariant-10 case), a power loss may lose the last commits. Faster per commit.
+    Normal,
 }
 
 /// A database failure (opaque; the message names the operation).
@@ -340,6 +353,15 @@ impl Drop for RunGuard {
     }
 }
 
+/// Assistant text not yet stored when a run ends; [`Store::finish_run`] writes it in the same transaction.
+#[derive(Clone, Debug)]
+pub struct PendingText {
+    /// The assistant message to append to (`None` starts one).
+    pub message: Option<i64>,
+    /// The text.
+    pub text: String,
+}
+
 /// How a run ended.
 #[derive(Clone, Debug)]
 pub struct RunEnd {
@@ -351,6 +373,8 @@ pub struct RunEnd {
     pub error_code: Option<String>,
     /// Cost, if reported.
     pub total_cost_usd: Option<f64>,
+    /// Assistant text still pending, stored with the end (saves a commit per turn).
+    pub pending_text: Option<PendingText>,
 }
 
 /// What [`Store::record_session_id`] changed.
@@ -496,7 +520,7 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store in `data_dir`: directory 0700, WAL, `foreign_keys=ON`,
-    /// `synchronous=FULL`, busy timeout, migrations, then marks orphaned `running` runs `interrupted`
+    /// `synchronous` as configured (default FULL), busy timeout, migrations, then marks orphaned `running` runs `interrupted`
     /// (see [`Store::recovered_runs`]).
     ///
     /// # Errors
@@ -529,7 +553,11 @@ impl Store {
                 "journal mode {mode} instead of wal"
             )));
         }
-        conn.execute_batch("PRAGMA foreign_keys=ON; PRAGMA synchronous=FULL;")
+        let synchronous = match config.synchronous {
+            Synchronous::Full => "PRAGMA foreign_keys=ON; PRAGMA synchronous=FULL;",
+            Synchronous::Normal => "PRAGMA foreign_keys=ON; PRAGMA synchronous=NORMAL;",
+        };
+        conn.execute_batch(synchronous)
             .map_err(db("setting pragmas"))?;
         #[cfg(unix)]
         {
@@ -755,34 +783,12 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let now = now_ms();
         let tx = self.write_tx("storing a message")?;
-        let id = match message {
-            Some(id) => {
-                tx.execute(
-                    "UPDATE messages SET content = content || ?2 WHERE id=?1 AND run_id=?3",
-                    params![id, text, run.run_id.as_str()],
-                )
-                .map_err(db("appending to a message"))?;
-                id
-            }
-            None => {
-                tx.execute(
-                    "INSERT INTO messages (thread_id, run_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![run.thread_id.as_str(), run.run_id.as_str(), role.as_str(), text, now],
-                )
-                .map_err(db("storing a message"))?;
-                tx.last_insert_rowid()
-            }
-        };
-        tx.execute(
-            "UPDATE threads SET updated_at_ms=?2 WHERE id=?1",
-            params![run.thread_id.as_str(), now],
-        )
-        .map_err(db("storing a message"))?;
+        let id = write_message(&tx, run, role, message, text, now)?;
         tx.commit().map_err(db("storing a message"))?;
         Ok(id)
     }
 
-    /// Records how `run` ended (one transaction) and releases its lock file.
+    /// Records how `run` ended, with its [`RunEnd::pending_text`], in one transaction, and releases its lock file.
     ///
     /// # Errors
     /// [`StoreError::Database`]; the lock is released in every case.
@@ -791,6 +797,9 @@ impl Store {
         let usage = end.usage.clone();
         let result = (|| {
             let tx = self.write_tx("finishing a run")?;
+            if let Some(p) = end.pending_text.as_ref().filter(|p| !p.text.is_empty()) {
+                write_message(&tx, &run, Role::Assistant, p.message, &p.text, now)?;
+            }
             tx.execute(
                 "UPDATE runs SET status=?2, ended_at_ms=?3, input_tokens=?4, output_tokens=?5,
                     cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9
@@ -1013,6 +1022,40 @@ impl Store {
     }
 }
 
+fn write_message(
+    tx: &rusqlite::Transaction<'_>,
+    run: &RunGuard,
+    role: Role,
+    message: Option<i64>,
+    text: &str,
+    now: i64,
+) -> Result<i64, StoreError> {
+    let id = match message {
+        Some(id) => {
+            tx.execute(
+                "UPDATE messages SET content = content || ?2 WHERE id=?1 AND run_id=?3",
+                params![id, text, run.run_id.as_str()],
+            )
+            .map_err(db("appending to a message"))?;
+            id
+        }
+        None => {
+            tx.execute(
+                "INSERT INTO messages (thread_id, run_id, role, content, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![run.thread_id.as_str(), run.run_id.as_str(), role.as_str(), text, now],
+            )
+            .map_err(db("storing a message"))?;
+            tx.last_insert_rowid()
+        }
+    };
+    tx.execute(
+        "UPDATE threads SET updated_at_ms=?2 WHERE id=?1",
+        params![run.thread_id.as_str(), now],
+    )
+    .map_err(db("storing a message"))?;
+    Ok(id)
+}
+
 macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
@@ -1095,6 +1138,7 @@ mod tests {
             }),
             error_code: None,
             total_cost_usd: Some(0.25),
+            pending_text: None,
         }
     }
 
@@ -1237,6 +1281,45 @@ mod tests {
         );
         assert_eq!(status(&live.run_id).status, RunStatus::Running);
         store.finish_run(live, &succeeded()).unwrap();
+    }
+
+    #[test]
+    fn pending_text_is_stored_with_the_end_of_the_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = open(tmp.path());
+        let run = store.begin_run(new_run(new_thread(), "p", None)).unwrap();
+        let thread = run.thread_id.clone();
+        let m = store.append_assistant_text(&run, None, "first ").unwrap();
+        let end = RunEnd {
+            pending_text: Some(PendingText {
+                message: Some(m),
+                text: "and last".into(),
+            }),
+            ..succeeded()
+        };
+        store.finish_run(run, &end).unwrap();
+        let detail = store.thread_detail(&thread).unwrap();
+        assert_eq!(detail.messages[1].content, "first and last");
+        assert_eq!(detail.messages.len(), 2);
+    }
+
+    #[test]
+    fn synchronous_is_configurable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let check = |dir: &str, synchronous: Synchronous, expect: i64| {
+            let config = StoreConfig {
+                synchronous,
+                ..StoreConfig::default()
+            };
+            let store = Store::open_with(&tmp.path().join(dir), config).unwrap();
+            let got: i64 = store
+                .conn
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(got, expect);
+        };
+        check("full", Synchronous::Full, 2);
+        check("normal", Synchronous::Normal, 1);
     }
 
     #[test]

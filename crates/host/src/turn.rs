@@ -18,7 +18,8 @@ use crate::agents::{AgentProtocol, AgentSpec};
 use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
-    NewRun, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice, bounded_line,
+    NewRun, PendingText, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice,
+    bounded_line,
 };
 
 /// Code of a run whose agent reported an invalid session id: the thread could not be resumed, so the host treats
@@ -305,7 +306,7 @@ impl Recorder<'_> {
                 self.invalid_session_id = true;
             }
             NormalizedEvent::TurnCompleted(outcome) => {
-                self.flush()?;
+                // Pending text is stored with the run's end (one commit fewer per turn).
                 if let Some(id) = &outcome.session_id {
                     self.session(id)?;
                 }
@@ -433,6 +434,7 @@ pub async fn run_turn(
             usage: None,
             error_code: Some(code.to_owned()),
             total_cost_usd: None,
+            pending_text: None,
         };
         let Recorder {
             store,
@@ -515,11 +517,16 @@ pub async fn run_turn(
         error_detail =
             Some("the agent reported a session id outside [A-Za-z0-9._:-]{1,256}".to_owned());
     }
+    let pending_text = (!recorder.pending.is_empty()).then(|| PendingText {
+        message: recorder.message,
+        text: std::mem::take(&mut recorder.pending),
+    });
     let end = RunEnd {
         status,
         usage: outcome.usage.as_ref().map(run_usage),
         error_code: error_code.clone(),
         total_cost_usd: outcome.total_cost_usd,
+        pending_text,
     };
     let Recorder {
         store,
