@@ -819,7 +819,7 @@ impl Observed {
             book.fail(
                 "second_turn_same_process",
                 format!(
-                    "{}: the input line could not be written ({})",
+                    "{}: the input line could not be written, the process has exited or closed its stdin ({})",
                     stage.label(),
                     error.code()
                 ),
