@@ -117,7 +117,7 @@ async fn turn_overhead(out: &mut String, tmp: &Path) {
         "| implementation | median | p90 | ratio vs baseline (goal ≤ 1.2×) |\n|---|---|---|---|\n",
     );
     out.push_str(&row(
-        "agentwire-host `run_turn`, SQLite WAL synchronous=FULL (default; 4 commits per turn)",
+        "agentwire-host `run_turn`, SQLite WAL synchronous=FULL (default; 3 commits per turn)",
         ours_full,
     ));
     out.push_str(&row(
