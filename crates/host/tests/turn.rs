@@ -1,0 +1,130 @@
+//! The turn runner as an embedder uses it: `run_turn` with a real store file and the real `awp-fixture` agent.
+
+use std::path::Path;
+
+use agentwire_awp::NormalizedEvent;
+use agentwire_host::agents::{AgentRegistry, AgentSpec};
+use agentwire_host::turn::{TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn};
+use agentwire_host::{RunStatus, Store, ThreadId};
+
+fn agent(dir: &Path, name: &str, protocol: &str, mode: &str) -> AgentSpec {
+    let fixture = agentwire_testkit::bin_path("awp-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"{mode}\"]\n",
+        fixture.display()
+    );
+    std::fs::write(dir.join("agents.toml"), text).expect("write agents.toml");
+    let registry = AgentRegistry::load(dir, &|_| None, None).expect("load agents");
+    registry.resolve(Some(name)).expect("usable agent").clone()
+}
+
+fn request(thread: Option<ThreadId>, prompt: &str) -> TurnRequest {
+    TurnRequest {
+        thread,
+        model: None,
+        prompt: prompt.to_owned(),
+        attachments: Vec::new(),
+    }
+}
+
+async fn turn(
+    store: &mut Store,
+    agent: &AgentSpec,
+    req: TurnRequest,
+) -> (TurnReport, Vec<NormalizedEvent>) {
+    let mut events = Vec::new();
+    let report = run_turn(
+        store,
+        agent,
+        req,
+        &TurnOptions::default(),
+        &mut |e| events.push(e.clone()),
+        std::future::pending(),
+    )
+    .await
+    .expect("turn recorded");
+    (report, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_is_recorded_and_the_next_one_resumes_its_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fx = agent(tmp.path(), "fx", "awp-jsonl", "normal");
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (first, events) = turn(&mut store, &fx, request(None, "hello")).await;
+    assert_eq!(first.status, RunStatus::Succeeded);
+    assert_eq!(first.assistant_text, "echo: hello");
+    assert!(matches!(
+        events.first(),
+        Some(NormalizedEvent::SessionStarted { .. })
+    ));
+    assert!(matches!(
+        events.last(),
+        Some(NormalizedEvent::TurnCompleted(_))
+    ));
+    let (second, _) = turn(
+        &mut store,
+        &fx,
+        request(Some(first.thread_id.clone()), "again"),
+    )
+    .await;
+    assert_eq!(second.thread_id, first.thread_id);
+    assert_eq!(second.session_id, first.session_id);
+    let detail = store.thread_detail(&first.thread_id).unwrap();
+    assert_eq!(detail.runs.len(), 2);
+    assert_eq!(detail.runs[1].resumed_session_id, first.session_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cancel_future_cancels_the_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let quiet = agent(tmp.path(), "quiet", "awp-jsonl", "silence");
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let mut tx = Some(tx);
+    let mut observer = |e: &NormalizedEvent| {
+        if matches!(e, NormalizedEvent::TextDelta { .. })
+            && let Some(tx) = tx.take()
+        {
+            tx.send(()).expect("runner still waiting");
+        }
+    };
+    let cancel = async {
+        rx.await.expect("observer saw text");
+    };
+    let report = run_turn(
+        &mut store,
+        &quiet,
+        request(None, "x"),
+        &TurnOptions::default(),
+        &mut observer,
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunStatus::Cancelled);
+    assert_eq!(report.error_code.as_deref(), Some("cancelled"));
+    let run = store.run(&report.run_id).unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_agents_are_refused_before_anything_is_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let acp = agent(tmp.path(), "acp", "acp", "normal");
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let err = run_turn(
+        &mut store,
+        &acp,
+        request(None, "x"),
+        &TurnOptions::default(),
+        &mut |_| {},
+        std::future::pending(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, TurnSetupError::ProtocolNotSupported { .. }));
+    assert_eq!(err.code(), "protocol_not_supported");
+    assert_eq!(err.to_string(), "acp agents are not supported by chat yet");
+    assert!(store.list_threads(10).unwrap().is_empty());
+}
