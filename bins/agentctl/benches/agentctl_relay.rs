@@ -2,8 +2,8 @@
 //! straight over the fixture agent's stdio, and notifications/s delivered to 1 and 10 `/acp/stream` subscribers vs
 //! reading the same flood straight from the agent's stdout.
 //!
-//! Run: `cargo build --release -p agentwire-fixture-agents && cargo bench -p agentctl --bench relay`.
-//! Writes `$AGENTWIRE_BENCH_OUT/agentctl-relay.md` (default `target/bench-results/`).
+//! Run: `cargo build --release -p agentwire-fixture-agents && cargo bench -p agentctl --bench agentctl_relay`.
+//! Writes `$AGENTWIRE_BENCH_OUT/agentctl_relay.md` (default `target/bench-results/`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -14,13 +14,31 @@ use agentwire_process::{Command, StdoutItem};
 use serde_json::json;
 use support::{Agentctl, Options};
 
-/// Round trips measured per side (after `WARMUP`).
-const CALLS: usize = 2_000;
-const WARMUP: usize = 200;
-/// Notifications per flood.
-const FLOOD: usize = 200_000;
-/// Floods per measurement (the median is reported).
-const FLOOD_RUNS: usize = 3;
+/// The sizes of one run: `cargo bench` measures; `cargo test --benches` (no `--bench` argument) only smoke-tests the
+/// bench with tiny sizes and writes no report, as criterion does.
+#[derive(Clone, Copy)]
+struct Sizes {
+    /// Round trips measured per side (after `warmup`).
+    calls: usize,
+    warmup: usize,
+    /// Notifications per flood.
+    flood: usize,
+    /// Floods per measurement (the median is reported).
+    flood_runs: usize,
+}
+
+const MEASURE: Sizes = Sizes {
+    calls: 2_000,
+    warmup: 200,
+    flood: 200_000,
+    flood_runs: 3,
+};
+const SMOKE: Sizes = Sizes {
+    calls: 20,
+    warmup: 2,
+    flood: 1_000,
+    flood_runs: 1,
+};
 
 const NOTE: &str = r#"{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"}}}}"#;
 
@@ -34,7 +52,7 @@ fn micros(d: Duration) -> String {
 }
 
 /// Sequential `session/new` round trips straight over the fixture's stdio.
-async fn direct_round_trips() -> Vec<Duration> {
+async fn direct_round_trips(sizes: Sizes) -> Vec<Duration> {
     let mut child = Command::new(agentwire_testkit::bin_path("acp-fixture"))
         .inherit_os_env()
         .stdout_jsonl(agentwire_jsonl::Limits::default())
@@ -42,8 +60,8 @@ async fn direct_round_trips() -> Vec<Duration> {
         .expect("spawn acp-fixture");
     let stdin = child.stdin();
     let mut stdout = child.take_stdout().expect("stdout");
-    let mut samples = Vec::with_capacity(CALLS);
-    for n in 0..WARMUP + CALLS {
+    let mut samples = Vec::with_capacity(sizes.calls);
+    for n in 0..sizes.warmup + sizes.calls {
         let line = json!({"jsonrpc": "2.0", "id": n, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}});
         let started = Instant::now();
         stdin
@@ -57,7 +75,7 @@ async fn direct_round_trips() -> Vec<Duration> {
                 None => panic!("acp-fixture ended"),
             }
         }
-        if n >= WARMUP {
+        if n >= sizes.warmup {
             samples.push(started.elapsed());
         }
     }
@@ -65,7 +83,7 @@ async fn direct_round_trips() -> Vec<Duration> {
 }
 
 /// The same round trips through agentctl's `/api/v1/acp/call`.
-async fn agentctl_round_trips() -> Vec<Duration> {
+async fn agentctl_round_trips(sizes: Sizes) -> Vec<Duration> {
     let ctl = Agentctl::start(
         Options::agent(support::acp_fixture("echo")).env("AGENTCTL_LOG_LEVEL", "warn"),
     )
@@ -76,8 +94,8 @@ async fn agentctl_round_trips() -> Vec<Duration> {
         &json!({"method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}),
     )
     .expect("json");
-    let mut samples = Vec::with_capacity(CALLS);
-    for n in 0..WARMUP + CALLS {
+    let mut samples = Vec::with_capacity(sizes.calls);
+    for n in 0..sizes.warmup + sizes.calls {
         let started = Instant::now();
         let response = ctl
             .http
@@ -88,16 +106,16 @@ async fn agentctl_round_trips() -> Vec<Duration> {
             .expect("call");
         assert_eq!(response.status(), 200);
         response.bytes().await.expect("body");
-        if n >= WARMUP {
+        if n >= sizes.warmup {
             samples.push(started.elapsed());
         }
     }
     samples
 }
 
-/// Reads one flood of `FLOOD` notifications straight from the agent's stdout; returns notifications/s.
-async fn direct_flood() -> f64 {
-    let script = format!("yes '{NOTE}' | head -n {FLOOD}");
+/// Reads one flood of `flood` notifications straight from the agent's stdout; returns notifications/s.
+async fn direct_flood(flood: usize) -> f64 {
+    let script = format!("yes '{NOTE}' | head -n {flood}");
     let started = Instant::now();
     let mut child = Command::new("sh")
         .arg("-c")
@@ -113,35 +131,36 @@ async fn direct_flood() -> f64 {
             count += 1;
         }
     }
-    assert_eq!(count, FLOOD);
-    FLOOD as f64 / started.elapsed().as_secs_f64()
+    assert_eq!(count, flood);
+    flood as f64 / started.elapsed().as_secs_f64()
 }
 
-/// A shell agent that answers every request with a flood of `FLOOD` notifications followed by the answer.
-fn flood_agent() -> String {
+/// A shell agent that answers every request with a flood of `flood` notifications followed by the answer.
+fn flood_agent(flood: usize) -> String {
     let script = format!(
-        "i=0; while read -r line; do i=$((i+1)); yes '{NOTE}' | head -n {FLOOD}; \
+        "i=0; while read -r line; do i=$((i+1)); yes '{NOTE}' | head -n {flood}; \
          printf '{{\"jsonrpc\":\"2.0\",\"id\":\"agentctl-%d\",\"result\":{{}}}}\\n' \"$i\"; done"
     );
     format!("sh -c {}", shlex::try_quote(&script).expect("quotable"))
 }
 
 /// Floods through agentctl to `subscribers` WebSocket subscribers; returns notifications/s each subscriber got.
-async fn agentctl_flood(subscribers: usize) -> Vec<f64> {
-    let options = Options::agent(flood_agent())
+async fn agentctl_flood(sizes: Sizes, subscribers: usize) -> Vec<f64> {
+    let flood = sizes.flood;
+    let options = Options::agent(flood_agent(flood))
         .env("AGENTCTL_LOG_LEVEL", "warn")
-        .env("AGENTCTL_SUBSCRIBER_QUEUE", (FLOOD + 16).to_string());
+        .env("AGENTCTL_SUBSCRIBER_QUEUE", (flood + 16).to_string());
     let ctl = Agentctl::start(options).await;
     ctl.start_agent().await;
     let mut rates = Vec::new();
-    for _ in 0..FLOOD_RUNS {
+    for _ in 0..sizes.flood_runs {
         let mut readers = Vec::new();
         for _ in 0..subscribers {
             let mut ws = ctl.ws("/api/v1/acp/stream").await;
             readers.push(tokio::spawn(async move {
                 use futures_util::StreamExt as _;
                 let mut count = 0;
-                while count < FLOOD {
+                while count < flood {
                     match ws.next().await {
                         Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_))) => count += 1,
                         Some(Ok(_)) => {}
@@ -160,7 +179,7 @@ async fn agentctl_flood(subscribers: usize) -> Vec<f64> {
             last = last.max(done);
             support::close(ws).await;
         }
-        rates.push(FLOOD as f64 / (last - started).as_secs_f64());
+        rates.push(flood as f64 / (last - started).as_secs_f64());
     }
     rates
 }
@@ -175,25 +194,28 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let measure = std::env::args().any(|arg| arg == "--bench");
+    let sizes = if measure { MEASURE } else { SMOKE };
+    let (calls, flood) = (sizes.calls, sizes.flood);
     let report = runtime.block_on(async {
-        let mut direct = direct_round_trips().await;
-        let mut relayed = agentctl_round_trips().await;
+        let mut direct = direct_round_trips(sizes).await;
+        let mut relayed = agentctl_round_trips(sizes).await;
         direct.sort();
         relayed.sort();
         let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
         let (r50, r99) = (percentile(&relayed, 0.5), percentile(&relayed, 0.99));
         let mut direct_rates = Vec::new();
-        for _ in 0..FLOOD_RUNS {
-            direct_rates.push(direct_flood().await);
+        for _ in 0..sizes.flood_runs {
+            direct_rates.push(direct_flood(flood).await);
         }
         let direct_rate = median(direct_rates);
-        let one = median(agentctl_flood(1).await);
-        let ten = median(agentctl_flood(10).await);
+        let one = median(agentctl_flood(sizes, 1).await);
+        let ten = median(agentctl_flood(sizes, 10).await);
         let mut out = String::new();
         out.push_str("## agentctl relay\n\n");
         out.push_str(&format!(
-            "`/acp/call` round trip (`session/new` on `acp-fixture`, {CALLS} sequential calls) vs the same request over stdio; \
-             flood of {FLOOD} `session/update` notifications (~150 B) vs reading it straight from the agent's stdout.\n\n"
+            "`/acp/call` round trip (`session/new` on `acp-fixture`, {calls} sequential calls) vs the same request over stdio; \
+             flood of {flood} `session/update` notifications (~150 B) vs reading it straight from the agent's stdout.\n\n"
         ));
         out.push_str("| measure | agentwire (agentctl) | baseline (direct stdio) | ratio |\n|---|---|---|---|\n");
         out.push_str(&format!(
@@ -219,13 +241,17 @@ fn main() {
         out.push_str("\nRatios are agentctl's cost relative to the baseline (time, or baseline rate / agentctl rate): lower is better; goals ≤ 2× round trip, ≥ 50 000 notifications/s to one subscriber.\n");
         out
     });
+    println!("{report}");
+    if !measure {
+        println!("smoke run (no --bench argument): no report written");
+        return;
+    }
     let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
         || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
         std::path::PathBuf::from,
     );
     std::fs::create_dir_all(&dir).expect("bench output dir");
-    let path = dir.join("agentctl-relay.md");
+    let path = dir.join("agentctl_relay.md");
     std::fs::write(&path, &report).expect("write bench report");
-    println!("{report}");
     println!("written to {}", path.display());
 }
