@@ -82,8 +82,9 @@ async fn direct_round_trips(sizes: Sizes) -> Vec<Duration> {
     samples
 }
 
-/// The same round trips through agentctl's `/api/v1/acp/call`.
-async fn agentctl_round_trips(sizes: Sizes) -> Vec<Duration> {
+/// The same round trips through agentctl's `/api/v1/acp/call`, and `GET /health` round trips (the HTTP floor: what
+/// any HTTP relay pays before it touches the agent).
+async fn agentctl_round_trips(sizes: Sizes) -> (Vec<Duration>, Vec<Duration>) {
     let ctl = Agentctl::start(
         Options::agent(support::acp_fixture("echo")).env("AGENTCTL_LOG_LEVEL", "warn"),
     )
@@ -110,7 +111,17 @@ async fn agentctl_round_trips(sizes: Sizes) -> Vec<Duration> {
             samples.push(started.elapsed());
         }
     }
-    samples
+    let health = format!("{}/health", ctl.base);
+    let mut floor = Vec::with_capacity(sizes.calls);
+    for n in 0..sizes.warmup + sizes.calls {
+        let started = Instant::now();
+        let response = ctl.http.get(&health).send().await.expect("health");
+        response.bytes().await.expect("body");
+        if n >= sizes.warmup {
+            floor.push(started.elapsed());
+        }
+    }
+    (samples, floor)
 }
 
 /// Reads one flood of `flood` notifications straight from the agent's stdout; returns notifications/s.
@@ -199,7 +210,8 @@ fn main() {
     let (calls, flood) = (sizes.calls, sizes.flood);
     let report = runtime.block_on(async {
         let mut direct = direct_round_trips(sizes).await;
-        let mut relayed = agentctl_round_trips(sizes).await;
+        let (mut relayed, mut floor) = agentctl_round_trips(sizes).await;
+        floor.sort();
         direct.sort();
         relayed.sort();
         let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
@@ -229,6 +241,10 @@ fn main() {
             micros(r99),
             micros(d99),
             r99.as_secs_f64() / d99.as_secs_f64()
+        ));
+        out.push_str(&format!(
+            "| HTTP floor: `GET /health` p50 (no agent involved) | {} | – | – |\n",
+            micros(percentile(&floor, 0.5))
         ));
         out.push_str(&format!(
             "| notifications/s, 1 subscriber | {one:.0} | {direct_rate:.0} | {:.2}× |\n",
