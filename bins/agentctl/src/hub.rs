@@ -30,6 +30,16 @@ pub struct HubLimits {
     pub max_subscribers: usize,
 }
 
+impl Default for HubLimits {
+    fn default() -> Self {
+        Self {
+            queue_messages: 4096,
+            queue_bytes: 256 * 1024 * 1024,
+            max_subscribers: 64,
+        }
+    }
+}
+
 /// Why and how a subscriber's socket is to be closed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CloseReason {
@@ -313,6 +323,19 @@ mod tests {
                 code: CLOSE_NORMAL,
                 reason: "agent exited".into()
             })
+        );
+    }
+
+    #[test]
+    fn default_limits_match_the_documented_defaults() {
+        let defaults = HubLimits::default();
+        assert_eq!(
+            (
+                defaults.queue_messages,
+                defaults.queue_bytes,
+                defaults.max_subscribers
+            ),
+            (4096, 268_435_456, 64)
         );
     }
 
