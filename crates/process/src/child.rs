@@ -24,6 +24,9 @@ pub struct ChildConfig {
     /// Default 2 s. When it elapses with a pipe still open (a grandchild holds it), the reader takes what the pipe
     /// holds at that moment without waiting (see `late_drain_max_bytes`) and ends
     /// ([`crate::StdoutEnd::DrainWindowElapsed`]).
+    ///
+    /// A window whose end lies past what the clock can represent (`Duration::MAX`) never ends: the readers wait
+    /// for EOF, and orphans are not killed at its end (only by [`Child::stop`] or the drop of the [`Child`]).
     pub drain_window: Duration,
     /// How many bytes of stderr are kept (the tail). Default 128 KiB (131 072 bytes).
     ///
@@ -129,8 +132,10 @@ pub struct StopPlan {
     pub final_stdin_line: Option<Vec<u8>>,
     /// How long the child gets to exit after the final line and stdin EOF, before SIGTERM. Default 5 s
     /// (Claude Code flushes its session file after stdin EOF). Writing the final line counts against it.
+    /// `Duration::MAX` (any grace past what the clock can represent) waits for the exit without a deadline.
     pub stdin_grace: Duration,
     /// How long the group gets to exit after SIGTERM, before SIGKILL. Default 3 s.
+    /// `Duration::MAX` (any grace past what the clock can represent) waits for the exit without a deadline.
     pub term_grace: Duration,
 }
 
@@ -232,6 +237,22 @@ pub(crate) struct Exit {
     pub(crate) at: Instant,
 }
 
+/// The instant `duration` after `now`, or `None` ("never") when it lies past what the clock can represent.
+///
+/// Every deadline of this crate goes through here, so `Duration::MAX` (or any huge grace, window or timeout)
+/// means "wait without a deadline" instead of panicking on `Instant` overflow.
+pub(crate) fn deadline_after(now: Instant, duration: Duration) -> Option<Instant> {
+    now.checked_add(duration)
+}
+
+/// Runs `fut` until `deadline` (forever when `None`); `None` when the deadline came first.
+async fn until<F: std::future::Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
 /// State shared by [`Child`] and every [`ChildHandle`].
 #[derive(Debug)]
 struct Shared {
@@ -283,18 +304,18 @@ impl Shared {
                 ended_by: StopStep::AlreadyExited,
             };
         }
-        let stdin_deadline = Instant::now() + plan.stdin_grace;
+        let stdin_deadline = deadline_after(Instant::now(), plan.stdin_grace);
         if let Some(line) = &plan.final_stdin_line {
-            match tokio::time::timeout_at(stdin_deadline, self.stdin.write_line(line)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
+            match until(stdin_deadline, self.stdin.write_line(line)).await {
+                Some(Ok(())) => {}
+                Some(Err(err)) => {
                     tracing::debug!(code = err.code(), %err, "final stdin line not written")
                 }
-                Err(_) => tracing::debug!("final stdin line not written within the grace"),
+                None => tracing::debug!("final stdin line not written within the grace"),
             }
         }
         self.stdin.close().await;
-        if let Ok(status) = tokio::time::timeout_at(stdin_deadline, self.wait()).await {
+        if let Some(status) = until(stdin_deadline, self.wait()).await {
             self.kill_all();
             return StopOutcome {
                 status,
@@ -304,7 +325,8 @@ impl Shared {
         if !self.group_killed.load(Ordering::SeqCst) {
             self.signal(GroupSignal::Term);
         }
-        if let Ok(status) = tokio::time::timeout(plan.term_grace, self.wait()).await {
+        let term_deadline = deadline_after(Instant::now(), plan.term_grace);
+        if let Some(status) = until(term_deadline, self.wait()).await {
             self.kill_all();
             return StopOutcome {
                 status,
@@ -388,15 +410,18 @@ impl ChildHandle {
     }
 
     /// Waits for the child's exit, but stops it with `plan` when `cancel` is cancelled or `timeout` elapses.
+    ///
+    /// A `timeout` of `None`, or one past what the clock can represent (`Duration::MAX`), never elapses.
     pub async fn wait_or_stop(
         &self,
         cancel: &CancellationToken,
         timeout: Option<Duration>,
         plan: StopPlan,
     ) -> WaitOutcome {
+        let deadline = timeout.and_then(|timeout| deadline_after(Instant::now(), timeout));
         let timeout = async {
-            match timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
                 None => std::future::pending().await,
             }
         };
@@ -546,7 +571,10 @@ async fn supervise(
     let at = Instant::now();
     exit_tx.send_replace(Some(Exit { status, at }));
     if config.kill_orphans_after_drain {
-        tokio::time::sleep_until(at + config.drain_window).await;
+        let Some(drain_end) = deadline_after(at, config.drain_window) else {
+            return; // a window past the end of the clock never ends: orphans live until stop or drop
+        };
+        tokio::time::sleep_until(drain_end).await;
         if !shared.group_killed.swap(true, Ordering::SeqCst) {
             shared.signal(GroupSignal::Kill);
         }
@@ -617,6 +645,17 @@ mod tests {
             "killed by signal 15",
         );
         check(ExitStatus::unknown(), -1, "unknown exit status");
+    }
+
+    #[test]
+    fn deadline_after_overflow_means_never() {
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::MAX), None);
+        assert_eq!(
+            deadline_after(now, Duration::from_secs(1)),
+            Some(now + Duration::from_secs(1))
+        );
+        assert_eq!(deadline_after(now, Duration::ZERO), Some(now));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::child::{ChildConfig, Exit};
+use crate::child::{ChildConfig, Exit, deadline_after};
 use crate::command::StdoutMode;
 use crate::error::StdinError;
 use crate::tail::TailBuffer;
@@ -373,7 +373,7 @@ impl<R: AsyncRead + Unpin> PipeReader<R> {
         self.exit
             .borrow()
             .as_ref()
-            .map(|exit| exit.at + self.drain_window)
+            .and_then(|exit| deadline_after(exit.at, self.drain_window))
     }
 
     async fn read(&mut self, buf: &mut BytesMut) -> ReadOutcome {
@@ -427,8 +427,9 @@ async fn drain_deadline(exit: &mut watch::Receiver<Option<Exit>>, drain_window: 
         Ok(exit) => exit.as_ref().map(|e| e.at),
         Err(_) => None,
     };
-    match at {
-        Some(at) => tokio::time::sleep_until(at + drain_window).await,
+    // No exit yet (the supervisor is gone), or a window past the end of the clock: the deadline never comes.
+    match at.and_then(|at| deadline_after(at, drain_window)) {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
     }
 }

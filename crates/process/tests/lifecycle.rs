@@ -320,3 +320,94 @@ async fn stop_lets_the_child_finish_after_stdin_eof_before_any_sigterm() {
     rest.extend_from_slice(&out);
     assert_eq!(String::from_utf8_lossy(&rest), "flushed\n");
 }
+
+#[tokio::test]
+async fn stdin_grace_of_duration_max_waits_for_the_exit_without_overflowing() {
+    let child = sh("cat >/dev/null; exit 4").spawn().expect("spawn");
+    let plan = plan(0, 0).stdin_grace(Duration::MAX);
+    let outcome = guard("stop", child.stop(plan)).await;
+    assert_eq!(
+        (outcome.ended_by, outcome.status.code),
+        (StopStep::StdinClosed, Some(4))
+    );
+}
+
+#[tokio::test]
+async fn term_grace_of_duration_max_waits_for_the_exit_after_sigterm() {
+    let mut child = sh("echo ready; exec sleep 60").spawn().expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    assert_eq!(read_line(&mut stdout, &mut Vec::new()).await, "ready");
+    let outcome = guard("stop", child.stop(plan(50, 0).term_grace(Duration::MAX))).await;
+    assert_eq!(
+        (outcome.ended_by, outcome.status.signal),
+        (StopStep::Sigterm, Some(15))
+    );
+}
+
+#[tokio::test]
+async fn drain_window_of_duration_max_never_ends_but_stop_still_kills_the_orphans() {
+    let config = ChildConfig {
+        drain_window: Duration::MAX,
+        ..ChildConfig::default()
+    };
+    // Without a grandchild: stdout ends at EOF as usual.
+    let mut child = sh("echo hi").config(config.clone()).spawn().expect("spawn");
+    let (out, end) = read_to_end(&mut child.take_stdout().expect("stdout")).await;
+    assert_eq!((out.as_slice(), end), (&b"hi\n"[..], StdoutEnd::Eof));
+    assert!(guard("wait", child.wait()).await.success());
+    guard("stderr at eof", child.stderr_tail().finished()).await;
+
+    // With a grandchild holding the pipes: the window never ends, so the stop's group kill ends them.
+    let mut child = sh("sleep 60 & echo $!")
+        .config(config)
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let grandchild: i32 = read_line(&mut stdout, &mut Vec::new())
+        .await
+        .parse()
+        .unwrap();
+    assert!(guard("wait", child.wait()).await.success());
+    assert!(!common::is_gone(grandchild), "no drain-window kill");
+    let outcome = guard("stop", child.stop(plan(0, 0))).await;
+    assert_eq!(outcome.ended_by, StopStep::AlreadyExited);
+    wait_gone(grandchild).await;
+    let (rest, end) = read_to_end(&mut stdout).await;
+    assert_eq!(
+        (rest.as_slice(), end),
+        (&b""[..], StdoutEnd::Eof),
+        "the readers survived the window and saw the pipe close"
+    );
+    guard("stderr at eof", child.stderr_tail().finished()).await;
+}
+
+#[tokio::test]
+async fn wait_or_stop_timeout_of_duration_max_never_elapses() {
+    let never = CancellationToken::new();
+    let child = sh("exit 7").spawn().expect("spawn");
+    let outcome = guard(
+        "exit",
+        child.wait_or_stop(&never, Some(Duration::MAX), plan(100, 100)),
+    )
+    .await;
+    assert_eq!(outcome.status().code, Some(7));
+    assert!(matches!(outcome, WaitOutcome::Exited(_)), "{outcome:?}");
+
+    let mut child = sh("echo ready; exec sleep 60").spawn().expect("spawn");
+    let mut stdout = child.take_stdout().expect("stdout");
+    assert_eq!(read_line(&mut stdout, &mut Vec::new()).await, "ready");
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let max_plan = plan(0, 0)
+        .stdin_grace(Duration::from_millis(50))
+        .term_grace(Duration::MAX);
+    let outcome = guard(
+        "cancel",
+        child.wait_or_stop(&cancel, Some(Duration::MAX), max_plan),
+    )
+    .await;
+    match outcome {
+        WaitOutcome::Cancelled(stop) => assert_eq!(stop.ended_by, StopStep::Sigterm),
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
+}
