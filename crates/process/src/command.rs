@@ -1,6 +1,6 @@
 //! `Command`: what to run (program + argv, no shell), where, and with which allowlisted environment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -92,8 +92,48 @@ pub struct Command {
     args: Vec<Arg>,
     current_dir: Option<PathBuf>,
     env: BTreeMap<OsString, OsString>,
+    /// Names removed with [`Command::env_remove`]: no inherit helper adds them back, whatever the call order.
+    removed: BTreeSet<OsString>,
+    /// Names given to [`Command::env`] that no environment can hold; [`Command::spawn`] fails on the first.
+    /// Only a redacted form is kept (never the value, nor anything after a `=` in the name).
+    invalid_env: Vec<InvalidEnvName>,
     stdout_mode: StdoutMode,
     config: ChildConfig,
+}
+
+/// An environment name rejected by [`Command::env`], kept redacted until [`Command::spawn`] reports it.
+#[derive(Clone, Debug)]
+struct InvalidEnvName {
+    /// The name up to its first `=` or NUL, then a `***` placeholder for the rest.
+    shown: String,
+    reason: &'static str,
+}
+
+impl InvalidEnvName {
+    /// Why `name` cannot be an environment variable name, or `None` when it can.
+    ///
+    /// A name must be non-empty and hold neither `=` (the separator of `NAME=value`: `PATH=/evil:/bin` would set
+    /// `PATH`) nor NUL (the terminator of C strings).
+    fn check(name: &OsStr) -> Option<Self> {
+        let bytes = name.as_encoded_bytes();
+        if bytes.is_empty() {
+            return Some(Self {
+                shown: String::new(),
+                reason: "the name is empty",
+            });
+        }
+        let cut = bytes.iter().position(|&b| b == b'=' || b == 0)?;
+        let (head, rest) = bytes.split_at(cut);
+        let (mark, reason) = if rest.first() == Some(&b'=') {
+            ("=", "the name contains '='")
+        } else {
+            ("\\0", "the name contains a nul byte")
+        };
+        Some(Self {
+            shown: format!("{}{mark}***", String::from_utf8_lossy(head)),
+            reason,
+        })
+    }
 }
 
 impl Command {
@@ -103,12 +143,18 @@ impl Command {
     /// `PATH` when the command sets none (the child still does not get `PATH` unless it is set or inherited).
     /// A program with a separator is used as a path (relative to [`Command::current_dir`] when that is set).
     /// It is never interpreted by a shell.
+    ///
+    /// An empty environment really is empty (`/usr/bin/env` prints nothing). A shell run as the program in a test
+    /// may still print a `PATH`: `sh -c 'echo $PATH'` shows dash's (or bash's) built-in default search path, which
+    /// the shell sets for itself when it finds none — it does not come from this process, so it is not a leak.
     pub fn new(program: impl AsRef<OsStr>) -> Self {
         Self {
             program: program.as_ref().to_os_string(),
             args: Vec::new(),
             current_dir: None,
             env: BTreeMap::new(),
+            removed: BTreeSet::new(),
+            invalid_env: Vec::new(),
             stdout_mode: StdoutMode::Bytes,
             config: ChildConfig::default(),
         }
@@ -146,16 +192,28 @@ impl Command {
 
     /// Sets the child's working directory (default: the parent's).
     ///
-    /// A directory that does not exist makes [`Command::spawn`] fail with [`SpawnError::WorkingDirNotFound`].
+    /// A directory that does not exist makes [`Command::spawn`] fail with [`SpawnError::WorkingDirNotFound`];
+    /// a path that exists but is not a directory, with [`SpawnError::WorkingDirNotADirectory`].
     pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
         self.current_dir = Some(dir.as_ref().to_path_buf());
         self
     }
 
-    /// Sets one environment variable for the child; replaces an earlier entry of the same name.
+    /// Sets one environment variable for the child; replaces an earlier entry of the same name, and undoes an
+    /// earlier [`Command::env_remove`] of it.
+    ///
+    /// A name must be non-empty and contain neither `=` nor NUL. An invalid name is not stored (nor its value):
+    /// [`Command::spawn`] then fails with [`SpawnError::InvalidEnvName`] (code `invalid_env_name`), and `Debug`
+    /// shows only the part before the `=`/NUL followed by `***`.
     pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
+        let key = key.as_ref();
+        if let Some(invalid) = InvalidEnvName::check(key) {
+            self.invalid_env.push(invalid);
+            return self;
+        }
+        self.removed.remove(key);
         self.env
-            .insert(key.as_ref().to_os_string(), value.as_ref().to_os_string());
+            .insert(key.to_os_string(), value.as_ref().to_os_string());
         self
     }
 
@@ -173,17 +231,24 @@ impl Command {
     }
 
     /// Removes one environment variable from the child's environment (explicit or inherited).
+    ///
+    /// Removal wins over the inherit helpers whatever the call order: `.env_remove("HOME").inherit_os_env()` and
+    /// `.inherit_os_env().env_remove("HOME")` both leave `HOME` out. A later [`Command::env`] of the name sets it
+    /// again (the last explicit call wins).
     pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Self {
-        self.env.remove(key.as_ref());
+        let key = key.as_ref();
+        self.env.remove(key);
+        self.removed.insert(key.to_os_string());
         self
     }
 
     /// Copies the host variables named in [`OS_ENV_ALLOWLIST`] (and `LC_*`) that are set in this process.
     ///
-    /// Entries already set on this command win (call order does not matter). [`ENV_DENYLIST`] names are skipped.
+    /// Entries already set on this command win, and names removed with [`Command::env_remove`] stay removed
+    /// (call order does not matter). [`ENV_DENYLIST`] names are skipped.
     pub fn inherit_os_env(&mut self) -> &mut Self {
         for (key, value) in std::env::vars_os() {
-            if is_os_allowlisted(&key) && !is_denied(&key) {
+            if is_os_allowlisted(&key) && !is_denied(&key) && !self.removed.contains(&key) {
                 self.env.entry(key).or_insert(value);
             }
         }
@@ -192,7 +257,8 @@ impl Command {
 
     /// Copies the named host variables that are set in this process (for example a driver's `sandbox.env.pass`).
     ///
-    /// Entries already set on this command win. [`ENV_DENYLIST`] names are skipped. Unset names are ignored.
+    /// Entries already set on this command win, and names removed with [`Command::env_remove`] stay removed.
+    /// [`ENV_DENYLIST`] names are skipped. Unset names are ignored.
     pub fn inherit_env<I, S>(&mut self, names: I) -> &mut Self
     where
         I: IntoIterator<Item = S>,
@@ -200,7 +266,7 @@ impl Command {
     {
         for name in names {
             let name = name.as_ref();
-            if is_denied(name) {
+            if is_denied(name) || self.removed.contains(name) {
                 continue;
             }
             if let Some(value) = std::env::var_os(name) {
@@ -257,10 +323,18 @@ impl Command {
     /// Must be called inside a tokio runtime with IO and time enabled; the supervision tasks run on it.
     ///
     /// # Errors
-    /// [`SpawnError`]: the executable was not found, is not executable, permission was denied, the working
-    /// directory does not exist, there is no tokio runtime, or another OS error. Messages name the program, never
-    /// an environment value or an argument.
+    /// [`SpawnError`]: an environment name given to [`Command::env`] is invalid, the executable was not found,
+    /// is not executable, permission was denied, the working directory does not exist or is not a directory,
+    /// there is no tokio runtime, or another OS error. Messages name the program, never an environment value or
+    /// an argument.
     pub fn spawn(&mut self) -> Result<Child, SpawnError> {
+        if let Some(invalid) = self.invalid_env.first() {
+            return Err(SpawnError::InvalidEnvName {
+                program: display_program(&self.program),
+                name: invalid.shown.clone(),
+                reason: invalid.reason,
+            });
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(SpawnError::NoRuntime {
                 program: display_program(&self.program),
@@ -288,11 +362,20 @@ impl Command {
                     program: display_program(&self.program),
                     source,
                 }),
-            Err(err) => Err(SpawnError::from_io(
-                &self.program,
-                self.current_dir.as_deref(),
-                err,
-            )),
+            Err(err) => {
+                // The PATH a bare program name was searched in: the command's own, else this process's.
+                let search_path = self
+                    .env
+                    .get(OsStr::new("PATH"))
+                    .cloned()
+                    .or_else(|| std::env::var_os("PATH"));
+                Err(SpawnError::from_io(
+                    &self.program,
+                    self.current_dir.as_deref(),
+                    search_path.as_deref(),
+                    err,
+                ))
+            }
         }
     }
 }
@@ -319,12 +402,19 @@ impl fmt::Debug for Command {
                 f.debug_list().entries(self.0.keys()).finish()
             }
         }
-        f.debug_struct("Command")
-            .field("program", &self.program)
+        let mut out = f.debug_struct("Command");
+        out.field("program", &self.program)
             .field("args", &Args(&self.args))
             .field("current_dir", &self.current_dir)
-            .field("env_names", &Names(&self.env))
-            .field("stdout_mode", &self.stdout_mode)
+            .field("env_names", &Names(&self.env));
+        if !self.removed.is_empty() {
+            out.field("env_removed", &self.removed);
+        }
+        if !self.invalid_env.is_empty() {
+            let shown: Vec<&str> = self.invalid_env.iter().map(|i| i.shown.as_str()).collect();
+            out.field("invalid_env_names", &shown);
+        }
+        out.field("stdout_mode", &self.stdout_mode)
             .field("config", &self.config)
             .finish()
     }

@@ -26,6 +26,9 @@ pub enum SpawnError {
         program: String,
     },
     /// The file exists but is not an executable (no execute bit, a directory, or an unknown format). Code `not_executable`.
+    ///
+    /// For a bare program name this means every file of that name on the `PATH` searched is a directory or has no
+    /// execute bit.
     #[error("not an executable: {program}")]
     NotExecutable {
         /// The program as given to [`crate::Command::new`].
@@ -44,6 +47,29 @@ pub enum SpawnError {
         program: String,
         /// The working directory (lossy UTF-8).
         dir: String,
+    },
+    /// The working directory set with [`crate::Command::current_dir`] exists but is not a directory (a file).
+    /// Code `working_dir_not_a_directory`.
+    #[error("working directory is not a directory: {dir} (running {program})")]
+    WorkingDirNotADirectory {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+        /// The working directory (lossy UTF-8).
+        dir: String,
+    },
+    /// A name given to [`crate::Command::env`] cannot name an environment variable: it is empty, or contains `=`
+    /// or NUL. Nothing was started. Code `invalid_env_name`.
+    ///
+    /// `name` is redacted: the part before the first `=`/NUL, then `***` (`TOKEN=sk-…` is shown as `TOKEN=***`);
+    /// the value is never kept.
+    #[error("invalid environment variable name {name:?} for {program}: {reason}")]
+    InvalidEnvName {
+        /// The program as given to [`crate::Command::new`].
+        program: String,
+        /// The redacted name.
+        name: String,
+        /// What is wrong with it, e.g. `the name contains '='`.
+        reason: &'static str,
     },
     /// `spawn` was called outside a tokio runtime. Code `no_tokio_runtime`.
     #[error("cannot spawn {program}: no tokio runtime is running")]
@@ -71,6 +97,8 @@ impl SpawnError {
             Self::NotExecutable { .. } => "not_executable",
             Self::InterpreterNotFound { .. } => "interpreter_not_found",
             Self::WorkingDirNotFound { .. } => "working_dir_not_found",
+            Self::WorkingDirNotADirectory { .. } => "working_dir_not_a_directory",
+            Self::InvalidEnvName { .. } => "invalid_env_name",
             Self::NoRuntime { .. } => "no_tokio_runtime",
             Self::Io { .. } => "spawn_failed",
         }
@@ -84,6 +112,8 @@ impl SpawnError {
             | Self::NotExecutable { program }
             | Self::InterpreterNotFound { program }
             | Self::WorkingDirNotFound { program, .. }
+            | Self::WorkingDirNotADirectory { program, .. }
+            | Self::InvalidEnvName { program, .. }
             | Self::NoRuntime { program }
             | Self::Io { program, .. } => program,
         }
@@ -91,10 +121,34 @@ impl SpawnError {
 
     /// Classifies the OS error of a failed spawn.
     ///
-    /// `ENOENT` is ambiguous (missing program or missing working directory), so the working directory is checked
-    /// after the fact; `EACCES` on a path that is a directory or has no execute bit is reported as not executable.
-    pub(crate) fn from_io(program: &OsStr, current_dir: Option<&Path>, err: io::Error) -> Self {
+    /// `ENOENT` and `ENOTDIR` are ambiguous (program or working directory), so the working directory is checked
+    /// after the fact; `EACCES` on a program that is a directory or has no execute bit (by path, or every match on
+    /// `search_path` for a bare name) is reported as not executable.
+    pub(crate) fn from_io(
+        program: &OsStr,
+        current_dir: Option<&Path>,
+        search_path: Option<&OsStr>,
+        err: io::Error,
+    ) -> Self {
         let name = display_program(program);
+        if err.kind() == io::ErrorKind::NotADirectory {
+            if let Some(dir) = current_dir.filter(|d| !d.is_dir()) {
+                let dir_text = dir.to_string_lossy().into_owned();
+                return if dir.exists() {
+                    Self::WorkingDirNotADirectory {
+                        program: name,
+                        dir: dir_text,
+                    }
+                } else {
+                    Self::WorkingDirNotFound {
+                        program: name,
+                        dir: dir_text,
+                    }
+                };
+            }
+            // A component of the program's path is a file: there is no such executable.
+            return Self::NotFound { program: name };
+        }
         if err.kind() == io::ErrorKind::NotFound {
             if let Some(dir) = current_dir.filter(|d| !d.is_dir()) {
                 return Self::WorkingDirNotFound {
@@ -113,7 +167,7 @@ impl SpawnError {
                 return Self::NotExecutable { program: name };
             }
             if errno == rustix::io::Errno::ACCESS {
-                return if is_path_without_exec(program, current_dir) {
+                return if is_without_exec(program, current_dir, search_path) {
                     Self::NotExecutable { program: name }
                 } else {
                     Self::PermissionDenied { program: name }
@@ -142,17 +196,35 @@ fn resolved_path(program: &OsStr, current_dir: Option<&Path>) -> Option<std::pat
     })
 }
 
-/// Whether `program` names a file (by path) that is a directory or has no execute bit at all.
+/// Whether `program` is a directory or a file without any execute bit: by path, or for a bare name, every match
+/// on `search_path` (the `execvp` search reports `EACCES` when an entry of that name exists but cannot run).
 #[cfg(unix)]
-fn is_path_without_exec(program: &OsStr, current_dir: Option<&Path>) -> bool {
+fn is_without_exec(
+    program: &OsStr,
+    current_dir: Option<&Path>,
+    search_path: Option<&OsStr>,
+) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    let Some(path) = resolved_path(program, current_dir) else {
-        return false; // a bare name was searched on PATH; which entry failed is unknown
+    let cannot_run = |path: &Path| match std::fs::metadata(path) {
+        Ok(meta) => Some(meta.is_dir() || meta.permissions().mode() & 0o111 == 0),
+        Err(_) => None, // absent here: the search went on
     };
-    match std::fs::metadata(&path) {
-        Ok(meta) => meta.is_dir() || meta.permissions().mode() & 0o111 == 0,
-        Err(_) => false,
+    if let Some(path) = resolved_path(program, current_dir) {
+        return cannot_run(&path).unwrap_or(false);
     }
+    let Some(search_path) = search_path else {
+        return false;
+    };
+    let mut matches = std::env::split_paths(search_path)
+        .map(|entry| match current_dir {
+            Some(dir) if entry.is_relative() => dir.join(entry).join(program),
+            _ => entry.join(program),
+        })
+        .filter_map(|candidate| cannot_run(&candidate))
+        .peekable();
+    // At least one match, and none of them could run (else the EACCES came from elsewhere: a mount, a search
+    // permission on a directory of the path).
+    matches.peek().is_some() && matches.all(|cannot| cannot)
 }
 
 /// Why a write to the child's stdin ([`crate::Stdin`]) failed.

@@ -184,6 +184,21 @@ fn every_spawn_error_has_a_stable_code() {
             "working_dir_not_found",
         ),
         (
+            SpawnError::WorkingDirNotADirectory {
+                program: program(),
+                dir: "d".into(),
+            },
+            "working_dir_not_a_directory",
+        ),
+        (
+            SpawnError::InvalidEnvName {
+                program: program(),
+                name: "A=***".into(),
+                reason: "the name contains '='",
+            },
+            "invalid_env_name",
+        ),
+        (
             SpawnError::NoRuntime { program: program() },
             "no_tokio_runtime",
         ),
@@ -253,4 +268,125 @@ async fn claudecode_in_the_host_environment_never_reaches_a_child() {
         "the inner test ran with CLAUDECODE=1: {out}"
     );
     assert!(out.contains("1 passed"), "{out}");
+}
+
+#[tokio::test]
+async fn env_remove_wins_over_the_inherit_helpers_in_either_order() {
+    assert!(
+        std::env::var_os("HOME").is_some(),
+        "precondition: HOME is set"
+    );
+    let mut before = Command::new("env");
+    before
+        .env_remove("HOME")
+        .inherit_os_env()
+        .inherit_env(["HOME"]);
+    let mut after = Command::new("env");
+    after
+        .inherit_os_env()
+        .inherit_env(["HOME"])
+        .env_remove("HOME");
+    for cmd in [before, after] {
+        assert!(!cmd.env_names().any(|n| n == "HOME"), "{cmd:?}");
+        let names = child_env_names(cmd).await;
+        assert!(names.iter().any(|n| n == "PATH"), "{names:?}");
+        assert!(!names.iter().any(|n| n == "HOME"), "{names:?}");
+    }
+    // The last explicit call wins: an `env` after the removal sets the name again.
+    let mut again = Command::new("env");
+    again.env_remove("HOME").env("HOME", "/explicit");
+    assert_eq!(child_env_names(again).await, ["HOME"]);
+}
+
+/// Spawns `cmd`, which was given the invalid environment name, and checks the error and that `leak` (the part of
+/// the name after `=`, or the value) appears neither in the error nor in the command's `Debug`.
+fn check_invalid_env_name(mut cmd: Command, expect_name: &str, expect_reason: &str, leak: &str) {
+    let debug = format!("{cmd:?}");
+    assert!(!debug.contains(leak), "{leak} leaked in {debug}");
+    assert!(debug.contains(&format!("{expect_name:?}")), "{debug}");
+    let err = match cmd.spawn() {
+        Err(err) => err,
+        Ok(_) => panic!("an invalid environment name must fail the spawn"),
+    };
+    assert_eq!(err.code(), "invalid_env_name", "{err}");
+    match &err {
+        SpawnError::InvalidEnvName { name, reason, .. } => {
+            assert_eq!((name.as_str(), *reason), (expect_name, expect_reason));
+        }
+        other => panic!("expected InvalidEnvName, got {other:?}"),
+    }
+    let (message, debug) = (err.to_string(), format!("{err:?}"));
+    assert!(message.contains("/usr/bin/env"), "{message}");
+    assert!(
+        !message.contains(leak) && !debug.contains(leak),
+        "{leak} leaked: {message} / {debug}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_env_names_fail_the_spawn_without_echoing_the_value() {
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.env("PATH=/evil:/bin", "x-value");
+    check_invalid_env_name(cmd, "PATH=***", "the name contains '='", "/evil");
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.env("TOKEN=sk-in-key", "");
+    check_invalid_env_name(cmd, "TOKEN=***", "the name contains '='", "sk-in-key");
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.env("", "empty-name-value");
+    check_invalid_env_name(cmd, "", "the name is empty", "empty-name-value");
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.envs([("GOOD", "1"), ("NUL\0SECRET", "nul-value")]);
+    check_invalid_env_name(cmd, "NUL\\0***", "the name contains a nul byte", "SECRET");
+    // A valid name with `=` in its value is fine.
+    let mut cmd = Command::new("/usr/bin/env");
+    cmd.env("OPTS", "a=b");
+    assert_eq!(child_env_names(cmd).await, ["OPTS"]);
+}
+
+#[tokio::test]
+async fn bare_program_name_that_is_a_directory_on_path_is_not_executable() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("agentwire-dir-prog")).unwrap();
+    let mut cmd = Command::new("agentwire-dir-prog");
+    cmd.env("PATH", dir.path());
+    check_spawn_error(&mut cmd, "agentwire-dir-prog", "not_executable");
+
+    // A file of that name without an exec bit further on the PATH does not change the verdict.
+    let other = tempfile::tempdir().unwrap();
+    let script = other.path().join("agentwire-dir-prog");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = std::env::join_paths([dir.path(), other.path()]).unwrap();
+    let mut cmd = Command::new("agentwire-dir-prog");
+    cmd.env("PATH", path);
+    check_spawn_error(&mut cmd, "agentwire-dir-prog", "not_executable");
+}
+
+#[tokio::test]
+async fn working_dir_that_is_a_file_is_working_dir_not_a_directory() {
+    // `/dev/null` exists on every Unix and is not a directory (a tempdir path would break the lowercase check).
+    let mut cmd = Command::new("/bin/sh");
+    cmd.current_dir("/dev/null");
+    check_spawn_error(&mut cmd, "/bin/sh", "working_dir_not_a_directory");
+    let err = Command::new("/bin/sh")
+        .current_dir("/dev/null")
+        .spawn()
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "working directory is not a directory: /dev/null (running /bin/sh)"
+    );
+
+    // Below a file: the directory does not exist.
+    let mut cmd = Command::new("/bin/sh");
+    cmd.current_dir("/dev/null/sub");
+    check_spawn_error(&mut cmd, "/bin/sh", "working_dir_not_found");
+
+    // A program path through a file names no executable.
+    check_spawn_error(
+        &mut Command::new("/dev/null/prog"),
+        "/dev/null/prog",
+        "executable_not_found",
+    );
 }
