@@ -89,6 +89,10 @@ pub struct ChatArgs {
     /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record
     #[arg(long)]
     pub jsonl: bool,
+    /// ACP agents: allow this turn's permission requests once (an `allow_once` option; `allow_always` only when
+    /// it is the only allow offered) [default: ask on a terminal stdin, else reject]
+    #[arg(long)]
+    pub yes: bool,
     /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m` [default: off]
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub idle_timeout: Option<Duration>,
@@ -136,6 +140,7 @@ Examples:
   awp-host check -- /usr/local/bin/awp-agent
   awp-host check --protocol stream-json -- /usr/local/bin/claude --permission-mode default
   awp-host check --json -- ./target/debug/awp-fixture --mode banner
+  awp-host check --protocol acp -- ./target/debug/acp-fixture --mode echo
 
 Prints each rule as PASS, FAIL, WARN (a recommendation not followed) or SKIP, with evidence.
 Exit 0 when every required rule passes, 8 when one fails or cannot be judged, 3 when the agent
@@ -145,7 +150,7 @@ cannot be launched or started, 2 for usage errors. The agent gets the OS environ
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Protocol the agent speaks
-    #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json"])]
+    #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json", "acp"])]
     pub protocol: String,
     /// Model to pass with --model on every launch [default: none]
     #[arg(long, value_name = "MODEL")]

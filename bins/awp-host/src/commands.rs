@@ -183,6 +183,7 @@ async fn chat(
     })?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
+        acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()
     };
     let request = TurnRequest {
@@ -205,9 +206,7 @@ async fn chat(
     .await;
     let report = result.map_err(|e| {
         let exit = match &e {
-            TurnSetupError::ProtocolNotSupported { .. } | TurnSetupError::Launch { .. } => {
-                Exit::AgentUnavailable
-            }
+            TurnSetupError::Launch { .. } => Exit::AgentUnavailable,
             TurnSetupError::ThreadAgentMismatch { .. } | TurnSetupError::EmptyPrompt => Exit::Usage,
             TurnSetupError::Store(s) => return store_failure(s),
             _ => Exit::Protocol,
@@ -466,6 +465,9 @@ async fn check(args: CheckArgs) -> Result<Exit, Failure> {
         let cwd = std::env::current_dir()
             .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e))?;
         executable = cwd.join(executable);
+    }
+    if args.protocol == "acp" {
+        return crate::acp::check(executable, rest, args.json).await;
     }
     let protocol = args
         .protocol

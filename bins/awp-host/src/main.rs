@@ -3,6 +3,7 @@
 //! This binary is argument parsing, wiring and rendering only; the domain (store, agents, turn runner,
 //! attachments) lives in `agentwire-host`. Exit codes: see [`exit::Exit`] and `docs/awp-host.md`.
 
+mod acp;
 mod cli;
 mod commands;
 mod exit;

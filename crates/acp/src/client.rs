@@ -550,6 +550,13 @@ impl Client {
         }
     }
 
+    /// Resolves once every message read so far was routed to its session (or the dispatcher is gone): after
+    /// [`Client::load_session`], the replayed history is then all in [`Session::try_next_update`].
+    pub async fn routed(&self) {
+        // An error means the dispatcher is gone: nothing is left to route.
+        let _ = self.barrier().await;
+    }
+
     /// Asks the dispatcher to route every message read so far; resolves when it has (or when it is gone).
     fn barrier(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();

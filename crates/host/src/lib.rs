@@ -4,8 +4,10 @@
 //! It is not a CLI: argument parsing, rendering and exit codes live in the `awp-host` binary. It is not a protocol
 //! crate either: the AWP wire contract lives in `agentwire-awp`. IO lives in [`store`] (SQLite files), [`paths`]
 //! (directory creation), [`attachments`] (reading attachment files), [`agents`] (reading `agents.toml`) and
-//! [`turn`] (the agent child process, through `agentwire-awp`'s session shell).
+//! [`turn`] (the agent child process, through `agentwire-awp`'s session shell) and [`acp_turn`] (ACP agents, through
+//! `agentwire-acp`'s client).
 
+pub mod acp_turn;
 pub mod agents;
 pub mod attachments;
 pub mod ids;

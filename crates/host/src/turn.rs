@@ -2,8 +2,9 @@
 //! `--resume <latest session id>`), persist the user message, start the agent, write the turn, stream its
 //! normalized events to an observer while persisting session ids, text and tool summaries, and record the run's end.
 //!
-//! The agent side sits behind [`AgentRunner`], an enum with one variant per wire protocol family; ACP agents get a
-//! variant later and are refused with [`TurnSetupError::ProtocolNotSupported`] until then.
+//! The agent side sits behind [`AgentRunner`], an enum with one variant per wire protocol family: AWP over
+//! `agentwire-awp`'s session, ACP over [`crate::acp_turn`] (whose session id is stored as soon as `session/new` or
+//! `session/load` answers, before the prompt is sent).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use agentwire_awp::{
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
+use crate::acp_turn::{AcpPermissions, AcpRunner, SESSION_NOT_RESUMED};
 use crate::agents::{AgentProtocol, AgentSpec};
 use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
@@ -38,6 +40,8 @@ pub struct TurnOptions {
     pub text_flush_bytes: usize,
     /// Maximum length of a stored/rendered tool summary line in characters (cut with `…`). Default 120.
     pub max_tool_summary_chars: usize,
+    /// How ACP agents' permission requests are answered. Default [`AcpPermissions::reject`] (fail closed).
+    pub acp_permissions: AcpPermissions,
 }
 
 impl Default for TurnOptions {
@@ -47,6 +51,7 @@ impl Default for TurnOptions {
             cwd: None,
             text_flush_bytes: 4096,
             max_tool_summary_chars: 120,
+            acp_permissions: AcpPermissions::default(),
         }
     }
 }
@@ -68,12 +73,6 @@ pub struct TurnRequest {
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum TurnSetupError {
-    /// The agent speaks a protocol this runner does not drive yet.
-    #[error("{} agents are not supported by chat yet", .protocol.as_str())]
-    ProtocolNotSupported {
-        /// The protocol.
-        protocol: AgentProtocol,
-    },
     /// The thread belongs to another agent.
     #[error("thread {thread} belongs to agent `{thread_agent}`, not `{agent}`")]
     ThreadAgentMismatch {
@@ -105,7 +104,6 @@ impl TurnSetupError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            TurnSetupError::ProtocolNotSupported { .. } => "protocol_not_supported",
             TurnSetupError::ThreadAgentMismatch { .. } => "thread_agent_mismatch",
             TurnSetupError::Launch { source, .. } => source.code(),
             TurnSetupError::EmptyPrompt => "empty_prompt",
@@ -162,41 +160,66 @@ pub fn tool_result_summary(is_error: bool, summary: &str, max_chars: usize) -> S
     bounded_line(&text, max_chars)
 }
 
-/// The agent side of a turn, one variant per protocol family (ACP slots in here).
+/// The agent side of a turn, one variant per protocol family.
 #[derive(Debug)]
 enum AgentRunner {
     /// `awp-jsonl` / `stream-json` over [`AgentSession`].
     Awp(Box<AgentSession>),
+    /// `acp` over [`AcpRunner`].
+    Acp(Box<AcpRunner>),
 }
 
 impl AgentRunner {
     async fn start(
+        protocol: AgentProtocol,
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         options: &TurnOptions,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, (String, String)> {
+        if protocol == AgentProtocol::Acp {
+            return AcpRunner::start(
+                plan,
+                resume.as_ref(),
+                options.cwd.as_deref(),
+                options.idle_timeout,
+                options.acp_permissions.clone(),
+                options.max_tool_summary_chars,
+            )
+            .await
+            .map(|runner| AgentRunner::Acp(Box::new(runner)));
+        }
         let mut session_options = SessionOptions::default();
         session_options.idle_timeout = options.idle_timeout;
         session_options.cwd = options.cwd.clone();
         session_options.resumed_from = resume;
         match AgentSession::spawn(plan, session_options).await {
             Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
-            Err(e) => Err(e.cause_code().to_owned()),
+            Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
         }
     }
 
-    async fn send(&mut self, blocks: &[ContentBlock]) -> Result<(), (&'static str, String)> {
+    /// Events of the agent's setup, recorded before the prompt is sent (ACP: the session id, a not-resumed note).
+    fn take_startup_events(&mut self) -> Vec<NormalizedEvent> {
+        match self {
+            AgentRunner::Awp(_) => Vec::new(),
+            AgentRunner::Acp(runner) => runner.take_startup_events(),
+        }
+    }
+
+    async fn send(&mut self, blocks: &[ContentBlock]) -> Result<(), (String, String)> {
         match self {
             AgentRunner::Awp(session) => session
                 .send_turn(blocks)
                 .await
-                .map_err(|e| (e.code(), e.to_string())),
+                .map_err(|e| (e.code().to_owned(), e.to_string())),
+            AgentRunner::Acp(runner) => runner.send(blocks).await,
         }
     }
 
     async fn next_event(&mut self) -> Option<NormalizedEvent> {
         match self {
             AgentRunner::Awp(session) => session.next_event().await,
+            AgentRunner::Acp(runner) => runner.next_event().await,
         }
     }
 
@@ -205,6 +228,7 @@ impl AgentRunner {
             AgentRunner::Awp(session) => {
                 session.cancel_turn().await;
             }
+            AgentRunner::Acp(runner) => runner.cancel().await,
         }
     }
 
@@ -215,6 +239,7 @@ impl AgentRunner {
                 session.stop().await;
                 session.diagnostics().stderr_tail
             }
+            AgentRunner::Acp(runner) => runner.finish().await,
         }
     }
 }
@@ -305,6 +330,14 @@ impl Recorder<'_> {
             NormalizedEvent::Notice { kind, .. } if kind == codes::INVALID_SESSION_ID => {
                 self.invalid_session_id = true;
             }
+            NormalizedEvent::Notice {
+                kind,
+                detail: Some(detail),
+            } if kind == SESSION_NOT_RESUMED => {
+                // Noted in the thread, so a reader sees why the agent lost the earlier context.
+                self.store
+                    .add_tool_summary(&self.guard, &format!("ℹ {detail}"))?;
+            }
             NormalizedEvent::TurnCompleted(outcome) => {
                 // Pending text is stored with the run's end (one commit fewer per turn).
                 if let Some(id) = &outcome.session_id {
@@ -358,11 +391,6 @@ pub async fn run_turn(
     observer: &mut dyn FnMut(&NormalizedEvent),
     cancel: impl Future<Output = ()>,
 ) -> Result<TurnReport, TurnSetupError> {
-    if agent.protocol.awp().is_none() {
-        return Err(TurnSetupError::ProtocolNotSupported {
-            protocol: agent.protocol,
-        });
-    }
     if request.prompt.trim().is_empty() && request.attachments.is_empty() {
         return Err(TurnSetupError::EmptyPrompt);
     }
@@ -398,13 +426,18 @@ pub async fn run_turn(
         .model
         .as_deref()
         .or(agent.launch.default_model.as_deref());
-    let plan = agent
-        .launch
-        .plan(request.model.as_deref(), resume.as_ref(), None)
-        .map_err(|source| TurnSetupError::Launch {
-            agent: agent.name.clone(),
-            source,
-        })?;
+    // ACP agents get no `--model`/`--resume` flags: the session is resumed with `session/load`.
+    let plan = if agent.protocol == AgentProtocol::Acp {
+        agent.launch.plan(None, None, None)
+    } else {
+        agent
+            .launch
+            .plan(request.model.as_deref(), resume.as_ref(), None)
+    }
+    .map_err(|source| TurnSetupError::Launch {
+        agent: agent.name.clone(),
+        source,
+    })?;
 
     let started = Instant::now();
     let stored_prompt = stored_user_message(&request.prompt, &request.attachments);
@@ -458,16 +491,24 @@ pub async fn run_turn(
         })
     };
 
-    let mut runner = match AgentRunner::start(&plan, resume.clone(), options).await {
+    let mut runner = match AgentRunner::start(agent.protocol, &plan, resume.clone(), options).await
+    {
         Ok(runner) => runner,
-        Err(cause) => return fail_early(recorder, codes::SPAWN_FAILED, cause),
+        Err((code, cause)) => return fail_early(recorder, &code, cause),
     };
+    for event in runner.take_startup_events() {
+        if let Err(e) = recorder.record(&event) {
+            runner.finish().await;
+            return Err(e.into());
+        }
+        observer(&event);
+    }
     if let Err((code, detail)) = runner
         .send(&turn_blocks(&request.prompt, &request.attachments))
         .await
     {
         let stderr_tail = runner.finish().await;
-        let mut report = fail_early(recorder, code, detail)?;
+        let mut report = fail_early(recorder, &code, detail)?;
         report.stderr_tail = stderr_tail;
         return Ok(report);
     }

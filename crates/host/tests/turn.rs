@@ -4,7 +4,7 @@ use std::path::Path;
 
 use agentwire_awp::NormalizedEvent;
 use agentwire_host::agents::{AgentRegistry, AgentSpec};
-use agentwire_host::turn::{TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn};
+use agentwire_host::turn::{TurnOptions, TurnReport, TurnRequest, run_turn};
 use agentwire_host::{RunStatus, Store, ThreadId};
 
 fn agent(dir: &Path, name: &str, protocol: &str, mode: &str) -> AgentSpec {
@@ -106,25 +106,4 @@ async fn the_cancel_future_cancels_the_turn() {
     assert_eq!(report.error_code.as_deref(), Some("cancelled"));
     let run = store.run(&report.run_id).unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acp_agents_are_refused_before_anything_is_recorded() {
-    let tmp = tempfile::tempdir().unwrap();
-    let acp = agent(tmp.path(), "acp", "acp", "normal");
-    let mut store = Store::open(&tmp.path().join("data")).unwrap();
-    let err = run_turn(
-        &mut store,
-        &acp,
-        request(None, "x"),
-        &TurnOptions::default(),
-        &mut |_| {},
-        std::future::pending(),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, TurnSetupError::ProtocolNotSupported { .. }));
-    assert_eq!(err.code(), "protocol_not_supported");
-    assert_eq!(err.to_string(), "acp agents are not supported by chat yet");
-    assert!(store.list_threads(10).unwrap().is_empty());
 }

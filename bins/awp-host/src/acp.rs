@@ -1,0 +1,176 @@
+//! ACP specifics of `awp-host`: how `chat` answers permission requests, and `check --protocol acp`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+
+use agentwire_acp::conformance::{CheckPlan, Outcome, run_check};
+use agentwire_acp::schema::{
+    PermissionOption, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome,
+};
+use agentwire_host::acp_turn::{AcpPermissions, reject_outcome};
+
+use crate::Failure;
+use crate::exit::Exit;
+
+/// The permission policy of a `chat` turn: `--yes` allows once ([`AcpPermissions::allow_once`]); otherwise a TTY
+/// stdin is asked on the terminal; otherwise every request is rejected (fail closed).
+pub fn permissions(yes: bool) -> AcpPermissions {
+    if yes {
+        return AcpPermissions::allow_once();
+    }
+    if !std::io::stdin().is_terminal() {
+        return AcpPermissions::reject();
+    }
+    // One question at a time on the terminal, even when the agent asks several at once.
+    let terminal = Arc::new(tokio::sync::Mutex::new(()));
+    AcpPermissions::new(move |request| {
+        let terminal = terminal.clone();
+        Box::pin(async move {
+            let _turn = terminal.lock().await;
+            let fallback = reject_outcome(&request.options);
+            match tokio::task::spawn_blocking(move || ask(&request)).await {
+                Ok(Some(outcome)) => outcome,
+                _ => fallback,
+            }
+        })
+    })
+}
+
+/// The question shown on stderr: the tool call and the numbered options.
+pub fn question(request: &RequestPermissionRequest) -> String {
+    let fields = &request.tool_call.fields;
+    let title = fields.title.as_deref().unwrap_or("(untitled tool call)");
+    let kind = fields
+        .kind
+        .as_ref()
+        .and_then(|k| serde_json::to_value(k).ok())
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let mut text = format!(
+        "\nawp-host: the agent asks permission for tool call {} ({kind}): {title}\n",
+        request.tool_call.tool_call_id
+    );
+    for (n, option) in request.options.iter().enumerate() {
+        let kind = serde_json::to_value(option.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        text.push_str(&format!("  {}) {} [{kind}]\n", n + 1, option.name));
+    }
+    text.push_str("choose a number (anything else rejects): ");
+    text
+}
+
+/// The option a typed answer selects: its 1-based number; `None` for anything else (the caller rejects).
+pub fn choice(options: &[PermissionOption], answer: &str) -> Option<RequestPermissionOutcome> {
+    let n: usize = answer.trim().parse().ok()?;
+    let option = options.get(n.checked_sub(1)?)?;
+    Some(RequestPermissionOutcome::Selected(
+        SelectedPermissionOutcome::new(option.option_id.clone()),
+    ))
+}
+
+/// Asks on the terminal (blocking); `None` when stderr cannot be written or stdin gives no answer.
+fn ask(request: &RequestPermissionRequest) -> Option<RequestPermissionOutcome> {
+    let mut err = std::io::stderr().lock();
+    err.write_all(question(request).as_bytes()).ok()?;
+    err.flush().ok()?;
+    drop(err);
+    let mut line = String::new();
+    let read = std::io::stdin().lock().read_line(&mut line).ok()?;
+    if read == 0 {
+        return None;
+    }
+    choice(&request.options, &line)
+}
+
+/// `awp-host check --protocol acp -- CMD ARGS…`: the ACP conformance report, exit 0 / 3 / 8 as the AWP check.
+///
+/// # Errors
+/// A [`Failure`] with exit 3 when the agent cannot be spawned, 8 when a must rule fails.
+pub async fn check(
+    program: std::path::PathBuf,
+    args: &[String],
+    json: bool,
+) -> Result<Exit, Failure> {
+    let report = run_check(CheckPlan::new(program, args.iter().cloned())).await;
+    let text = if json {
+        let value = serde_json::to_value(&report)
+            .map_err(|e| Failure::from_error(Exit::Protocol, "internal", &e))?;
+        format!("{value}\n")
+    } else {
+        report.render_text()
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| Failure::from_error(Exit::Protocol, "output_write_failed", &e))?;
+    if report.passed() {
+        return Ok(Exit::Ok);
+    }
+    if report
+        .get("spawns")
+        .is_some_and(|r| matches!(r.outcome, Outcome::Fail { .. }))
+    {
+        return Err(Failure::new(
+            Exit::AgentUnavailable,
+            "agent_unavailable",
+            "the agent could not be launched",
+        ));
+    }
+    Err(Failure::new(
+        Exit::Protocol,
+        "check_failed",
+        format!(
+            "the agent is not conformant: {}",
+            report.failed_ids().join(", ")
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentwire_acp::schema::{PermissionOptionKind, ToolCallUpdate, ToolCallUpdateFields};
+
+    fn request() -> RequestPermissionRequest {
+        RequestPermissionRequest::new(
+            "s1",
+            ToolCallUpdate::new(
+                "call-1",
+                ToolCallUpdateFields::new().title("write hello.txt".to_owned()),
+            ),
+            vec![
+                PermissionOption::new("allow", "Allow", PermissionOptionKind::AllowOnce),
+                PermissionOption::new("reject", "Reject", PermissionOptionKind::RejectOnce),
+            ],
+        )
+    }
+
+    fn check(answer: &str, expect: Option<&str>) {
+        let got = match choice(&request().options, answer) {
+            Some(RequestPermissionOutcome::Selected(s)) => Some(s.option_id.to_string()),
+            _ => None,
+        };
+        assert_eq!(got.as_deref(), expect, "{answer:?}");
+    }
+
+    #[test]
+    fn typed_answers_select_options_by_number() {
+        check("1\n", Some("allow"));
+        check(" 2 ", Some("reject"));
+        check("0", None);
+        check("3", None);
+        check("yes", None);
+        check("", None);
+    }
+
+    #[test]
+    fn the_question_shows_the_tool_call_and_options() {
+        assert_eq!(
+            question(&request()),
+            "\nawp-host: the agent asks permission for tool call call-1 (unknown): write hello.txt\n  \
+             1) Allow [allow_once]\n  2) Reject [reject_once]\nchoose a number (anything else rejects): "
+        );
+    }
+}

@@ -1,0 +1,717 @@
+//! ACP agents in the turn runner: spawn the agent, `initialize`, load or create its session, send the prompt and
+//! map ACP session updates onto the same [`NormalizedEvent`]s the AWP runner yields.
+//!
+//! Mapping (pure, unit-tested in [`map_update`], [`stop_status`], [`error_status`]):
+//! - `agent_message_chunk` text → [`NormalizedEvent::TextDelta`]; `agent_thought_chunk` text →
+//!   [`NormalizedEvent::ThinkingDelta`];
+//! - `tool_call` → [`NormalizedEvent::ToolUse`] (name = title, input = `rawInput`, else `{"kind":…}`), and a
+//!   [`NormalizedEvent::ToolResult`] too when it arrives already `completed`/`failed`;
+//! - `tool_call_update` with status `completed`/`failed` → [`NormalizedEvent::ToolResult`] (summary: the text
+//!   content, else the title, else the status; `failed` is an error);
+//! - anything else → [`NormalizedEvent::Notice`] with the update kind.
+//!
+//! Stop reasons: `end_turn` succeeds; `cancelled` is code `cancelled`; `refusal`, `max_tokens` and
+//! `max_turn_requests` fail with that reason as the code (the answer is incomplete: scripts must notice; the text
+//! streamed so far is kept). Source: ACP v1 "Prompt Turn"; protocols/acp.md.
+//!
+//! IO: the agent process (through `agentwire-acp`'s client, which spawns with `agentwire-process`) and one tokio task
+//! per turn that owns the ACP session.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentwire_acp::schema::{
+    ContentBlock as AcpBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
+    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+    SelectedPermissionOutcome, SessionUpdate, StopReason, TextContent, ToolCallContent,
+    ToolCallStatus,
+};
+use agentwire_acp::{
+    AcpError, Canceller, Client, ClientBuilder, PermissionHandler, RootedFs, TurnEvent, Update,
+};
+use agentwire_awp::{
+    ContentBlock, LaunchPlan, NormalizedEvent, SessionId, TurnOutcome, TurnStatus, codes,
+};
+use agentwire_process::StopPlan;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::bounded_line;
+
+/// Notice kind (and stored tool-role note) when a thread's session could not be resumed and a new one was started.
+pub const SESSION_NOT_RESUMED: &str = "session_not_resumed";
+
+/// A boxed permission decision.
+pub type PermissionFuture = Pin<Box<dyn Future<Output = RequestPermissionOutcome> + Send>>;
+
+/// How the turn answers the agent's `session/request_permission` requests. Default: [`AcpPermissions::reject`]
+/// (fail closed). The binary installs a terminal prompt or `--yes`.
+#[derive(Clone)]
+pub struct AcpPermissions(Arc<dyn Fn(RequestPermissionRequest) -> PermissionFuture + Send + Sync>);
+
+impl AcpPermissions {
+    /// A policy from a function.
+    pub fn new(
+        decide: impl Fn(RequestPermissionRequest) -> PermissionFuture + Send + Sync + 'static,
+    ) -> Self {
+        AcpPermissions(Arc::new(decide))
+    }
+
+    /// Fail closed: the first `reject_once` (else `reject_always`) option, `cancelled` when there is none.
+    pub fn reject() -> Self {
+        AcpPermissions::new(|request| {
+            let outcome = reject_outcome(&request.options);
+            Box::pin(std::future::ready(outcome))
+        })
+    }
+
+    /// Allow this once: [`allow_outcome`] (an `allow_once` option, `allow_always` only when it is the only kind of
+    /// allow offered), else rejected as [`AcpPermissions::reject`].
+    pub fn allow_once() -> Self {
+        AcpPermissions::new(|request| {
+            let outcome =
+                allow_outcome(&request.options).unwrap_or_else(|| reject_outcome(&request.options));
+            Box::pin(std::future::ready(outcome))
+        })
+    }
+}
+
+impl Default for AcpPermissions {
+    fn default() -> Self {
+        AcpPermissions::reject()
+    }
+}
+
+impl std::fmt::Debug for AcpPermissions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AcpPermissions(..)")
+    }
+}
+
+fn select(option: &PermissionOption) -> RequestPermissionOutcome {
+    RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option.option_id.clone()))
+}
+
+fn first_of(
+    options: &[PermissionOption],
+    kinds: &[PermissionOptionKind],
+) -> Option<RequestPermissionOutcome> {
+    kinds
+        .iter()
+        .find_map(|kind| options.iter().find(|option| option.kind == *kind))
+        .map(select)
+}
+
+/// The allowing choice for `--yes`: the first `allow_once` option; the first `allow_always` only when no
+/// `allow_once` is offered; `None` when nothing allows.
+pub fn allow_outcome(options: &[PermissionOption]) -> Option<RequestPermissionOutcome> {
+    first_of(
+        options,
+        &[
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ],
+    )
+}
+
+/// The fail-closed choice: the first `reject_once`, else `reject_always`, else `cancelled`.
+pub fn reject_outcome(options: &[PermissionOption]) -> RequestPermissionOutcome {
+    first_of(
+        options,
+        &[
+            PermissionOptionKind::RejectOnce,
+            PermissionOptionKind::RejectAlways,
+        ],
+    )
+    .unwrap_or(RequestPermissionOutcome::Cancelled)
+}
+
+struct Permissions(AcpPermissions);
+
+impl PermissionHandler for Permissions {
+    async fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> RequestPermissionOutcome {
+        (self.0.0)(request).await
+    }
+}
+
+/// The run status of a `session/prompt` stop reason (see the module doc).
+pub fn stop_status(reason: &StopReason) -> TurnStatus {
+    match reason {
+        StopReason::EndTurn => TurnStatus::Success,
+        StopReason::Cancelled => TurnStatus::failed(codes::CANCELLED),
+        StopReason::Refusal => TurnStatus::failed("refusal"),
+        StopReason::MaxTokens => TurnStatus::failed("max_tokens"),
+        StopReason::MaxTurnRequests => TurnStatus::failed("max_turn_requests"),
+        other => TurnStatus::Failed {
+            code: codes::AGENT_ERROR.to_owned(),
+            detail: Some(format!("stop reason {other:?}")),
+        },
+    }
+}
+
+/// The run status of an ACP failure: the agent went away → `agent_exited_mid_turn`; an error answer →
+/// `agent_error` (detail: its message); anything else → the error's own code (detail: its message).
+pub fn error_status(error: &AcpError) -> TurnStatus {
+    let code = match error {
+        AcpError::ConnectionClosed => codes::AGENT_EXITED_MID_TURN,
+        AcpError::Rpc { .. } | AcpError::TurnFailed { .. } => codes::AGENT_ERROR,
+        other => other.code(),
+    };
+    TurnStatus::Failed {
+        code: code.to_owned(),
+        detail: Some(error.to_string()),
+    }
+}
+
+fn notice(kind: impl Into<String>, detail: Option<String>) -> NormalizedEvent {
+    NormalizedEvent::Notice {
+        kind: kind.into(),
+        detail,
+    }
+}
+
+fn content_text(content: &[ToolCallContent]) -> String {
+    let mut text = String::new();
+    for item in content {
+        if let ToolCallContent::Content(c) = item
+            && let AcpBlock::Text(t) = &c.content
+        {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&t.text);
+        }
+    }
+    text
+}
+
+fn tool_result(
+    id: String,
+    status: &ToolCallStatus,
+    text: String,
+    max_chars: usize,
+) -> NormalizedEvent {
+    let summary = bounded_line(&text, max_chars);
+    let truncated = summary != text;
+    NormalizedEvent::ToolResult {
+        tool_use_id: id,
+        is_error: matches!(status, ToolCallStatus::Failed),
+        summary,
+        truncated,
+    }
+}
+
+fn status_word(status: &ToolCallStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn ended(status: &ToolCallStatus) -> bool {
+    matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed)
+}
+
+/// Maps one ACP session update onto normalized events (see the module doc). Tool result summaries are the first
+/// line of the result text, at most `max_summary_chars` characters (`truncated` says when cut).
+pub fn map_update(update: Update, max_summary_chars: usize) -> Vec<NormalizedEvent> {
+    let known = match update {
+        Update::Known(known) => *known,
+        Update::Raw { kind, .. } => {
+            // serde's message lists every known variant: too long for a notice; the kind says enough.
+            return vec![notice(
+                kind.unwrap_or_else(|| "unknown_update".to_owned()),
+                Some("not understood by the ACP v1 types".to_owned()),
+            )];
+        }
+    };
+    match known {
+        SessionUpdate::AgentMessageChunk(chunk) => match chunk.content {
+            AcpBlock::Text(t) => vec![NormalizedEvent::TextDelta { text: t.text }],
+            _ => vec![notice(
+                "agent_message_chunk",
+                Some("non-text content".to_owned()),
+            )],
+        },
+        SessionUpdate::AgentThoughtChunk(chunk) => match chunk.content {
+            AcpBlock::Text(t) => vec![NormalizedEvent::ThinkingDelta { text: t.text }],
+            _ => vec![notice(
+                "agent_thought_chunk",
+                Some("non-text content".to_owned()),
+            )],
+        },
+        SessionUpdate::ToolCall(call) => {
+            let id = call.tool_call_id.to_string();
+            let input = match call.raw_input {
+                Some(raw) => raw,
+                None => json!({ "kind": call.kind }),
+            };
+            let mut events = vec![NormalizedEvent::ToolUse {
+                id: id.clone(),
+                name: call.title.clone(),
+                input,
+            }];
+            if ended(&call.status) {
+                let mut text = content_text(&call.content);
+                if text.is_empty() {
+                    text = status_word(&call.status);
+                }
+                events.push(tool_result(id, &call.status, text, max_summary_chars));
+            }
+            events
+        }
+        SessionUpdate::ToolCallUpdate(update) => {
+            let id = update.tool_call_id.to_string();
+            match &update.fields.status {
+                Some(status) if ended(status) => {
+                    let mut text = update
+                        .fields
+                        .content
+                        .as_deref()
+                        .map(content_text)
+                        .unwrap_or_default();
+                    if text.is_empty() {
+                        text = update
+                            .fields
+                            .title
+                            .clone()
+                            .unwrap_or_else(|| status_word(status));
+                    }
+                    vec![tool_result(id, status, text, max_summary_chars)]
+                }
+                Some(status) => vec![notice(
+                    "tool_call_update",
+                    Some(format!("{id} {}", status_word(status))),
+                )],
+                None => vec![notice("tool_call_update", Some(id))],
+            }
+        }
+        other => {
+            let kind = Update::Known(Box::new(other)).kind();
+            vec![notice(
+                kind.unwrap_or_else(|| "session_update".to_owned()),
+                None,
+            )]
+        }
+    }
+}
+
+/// The ACP prompt of a turn's blocks: text as text, images as `image`, documents as an embedded blob resource.
+fn prompt_blocks(blocks: &[ContentBlock]) -> Vec<AcpBlock> {
+    blocks
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => AcpBlock::Text(TextContent::new(text.clone())),
+            ContentBlock::Image {
+                media_type,
+                data_base64,
+            } => AcpBlock::Image(ImageContent::new(data_base64.clone(), media_type.clone())),
+            ContentBlock::Document {
+                media_type,
+                data_base64,
+            } => AcpBlock::Resource(EmbeddedResource::new(
+                EmbeddedResourceResource::BlobResourceContents(
+                    agentwire_acp::schema::BlobResourceContents::new(
+                        data_base64.clone(),
+                        "attachment:document",
+                    )
+                    .mime_type(media_type.clone()),
+                ),
+            )),
+            // A block kind added to AWP later: say so rather than drop it silently.
+            _ => AcpBlock::Text(TextContent::new(
+                "[an attachment of a kind ACP agents are not sent]",
+            )),
+        })
+        .collect()
+}
+
+/// What the session task is asked to send, and where it says whether it was sent.
+type PromptRequest = (Vec<AcpBlock>, oneshot::Sender<Result<(), AcpError>>);
+
+/// An ACP agent driven for one turn.
+pub(crate) struct AcpRunner {
+    client: Client,
+    canceller: Canceller,
+    startup: Vec<NormalizedEvent>,
+    session_id: Option<SessionId>,
+    prompt: Option<oneshot::Sender<PromptRequest>>,
+    events: mpsc::Receiver<NormalizedEvent>,
+    idle_timeout: Option<Duration>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for AcpRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpRunner")
+            .field("session_id", &self.session_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Capacity, in events, of the channel from the session task to the runner (back-pressure to the agent).
+const EVENT_QUEUE: usize = 256;
+
+impl AcpRunner {
+    /// Spawns the agent in `cwd` (also the root of its `fs/*` access), initializes it and loads `resume` when the
+    /// agent advertises `loadSession`, else creates a new session (with a [`SESSION_NOT_RESUMED`] notice).
+    ///
+    /// # Errors
+    /// `(code, detail)`: `spawn_failed`, or the [`error_status`] code of the failed request.
+    pub(crate) async fn start(
+        plan: &LaunchPlan,
+        resume: Option<&SessionId>,
+        cwd: Option<&Path>,
+        idle_timeout: Option<Duration>,
+        permissions: AcpPermissions,
+        max_summary_chars: usize,
+    ) -> Result<AcpRunner, (String, String)> {
+        let cwd: PathBuf = match cwd {
+            Some(dir) => dir.to_path_buf(),
+            None => std::env::current_dir().map_err(|e| {
+                (
+                    codes::SPAWN_FAILED.to_owned(),
+                    format!("no working directory: {e}"),
+                )
+            })?,
+        };
+        let fs = RootedFs::new(&cwd).map_err(|e| {
+            (
+                codes::SPAWN_FAILED.to_owned(),
+                format!("working directory {}: {e}", cwd.display()),
+            )
+        })?;
+        let cwd = fs.root().to_path_buf();
+        let mut command = agentwire_process::Command::new(&plan.program);
+        command
+            .args(&plan.args)
+            .inherit_os_env()
+            .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(&cwd);
+        let client = ClientBuilder::new()
+            .permission_handler(Permissions(permissions))
+            .fs_handler(fs)
+            .spawn(&mut command)
+            .map_err(|e| (codes::SPAWN_FAILED.to_owned(), e.to_string()))?;
+        let fail = |e: AcpError| match error_status(&e) {
+            TurnStatus::Failed { code, detail } => (code, detail.unwrap_or_default()),
+            TurnStatus::Success => (codes::AGENT_ERROR.to_owned(), e.to_string()),
+        };
+        let setup = async {
+            let agent = client.initialize().await?;
+            let mut startup = Vec::new();
+            let session = match resume {
+                None => client.new_session(&cwd).await?,
+                Some(id) if agent.agent_capabilities.load_session => {
+                    match client
+                        .load_session(agentwire_acp::schema::SessionId::new(id.as_str()), &cwd)
+                        .await
+                    {
+                        Ok(mut session) => {
+                            // The replayed history is not part of this turn.
+                            client.routed().await;
+                            while session.try_next_update().is_some() {}
+                            session
+                        }
+                        Err(e) => {
+                            let session = client.new_session(&cwd).await?;
+                            startup.push(notice(
+                                SESSION_NOT_RESUMED,
+                                Some(format!(
+                                    "the agent could not load session {id} ({e}); started new session {}",
+                                    session.id()
+                                )),
+                            ));
+                            session
+                        }
+                    }
+                }
+                Some(id) => {
+                    let session = client.new_session(&cwd).await?;
+                    startup.push(notice(
+                        SESSION_NOT_RESUMED,
+                        Some(format!(
+                            "the agent cannot load sessions (no loadSession capability); session {id} was not resumed, started new session {}",
+                            session.id()
+                        )),
+                    ));
+                    session
+                }
+            };
+            Ok::<_, AcpError>((session, startup))
+        };
+        let (mut session, notices) = match setup.await {
+            Ok(done) => done,
+            Err(e) => {
+                client.stop(StopPlan::default()).await;
+                return Err(fail(e));
+            }
+        };
+        let mut startup = Vec::new();
+        let session_id = match SessionId::new(session.id().to_string()) {
+            Ok(id) => {
+                startup.push(NormalizedEvent::SessionStarted {
+                    session_id: id.clone(),
+                    model: None,
+                });
+                Some(id)
+            }
+            Err(e) => {
+                startup.push(notice(codes::INVALID_SESSION_ID, Some(e.to_string())));
+                None
+            }
+        };
+        startup.extend(notices);
+        let canceller = session.canceller();
+        let (prompt_tx, prompt_rx) = oneshot::channel::<PromptRequest>();
+        let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
+        let outcome_session = session_id.clone();
+        let task = tokio::spawn(async move {
+            let Ok((blocks, sent)) = prompt_rx.await else {
+                return;
+            };
+            let mut turn = match session.prompt(blocks).await {
+                Ok(turn) => {
+                    let _ = sent.send(Ok(()));
+                    turn
+                }
+                Err(e) => {
+                    let _ = sent.send(Err(e));
+                    return;
+                }
+            };
+            while let Some(event) = turn.next().await {
+                match event {
+                    TurnEvent::Update(update) => {
+                        for event in map_update(update, max_summary_chars) {
+                            if events_tx.send(event).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    TurnEvent::End(end) => {
+                        let status = match &end {
+                            Ok(reason) => stop_status(reason),
+                            Err(e) => error_status(e),
+                        };
+                        let mut outcome = TurnOutcome::new(status);
+                        outcome.session_id = outcome_session.clone();
+                        // The runner may be gone (store failure); nothing else to tell.
+                        let _ = events_tx
+                            .send(NormalizedEvent::TurnCompleted(outcome))
+                            .await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(AcpRunner {
+            client,
+            canceller,
+            startup,
+            session_id,
+            prompt: Some(prompt_tx),
+            events: events_rx,
+            idle_timeout,
+            task,
+        })
+    }
+
+    /// The events of the setup (session started, not resumed), to record before the prompt is sent.
+    pub(crate) fn take_startup_events(&mut self) -> Vec<NormalizedEvent> {
+        std::mem::take(&mut self.startup)
+    }
+
+    /// Sends `session/prompt`.
+    pub(crate) async fn send(&mut self, blocks: &[ContentBlock]) -> Result<(), (String, String)> {
+        let failed = |detail: String| (codes::AGENT_EXITED_MID_TURN.to_owned(), detail);
+        let Some(prompt) = self.prompt.take() else {
+            return Err(failed("a prompt was already sent".to_owned()));
+        };
+        let (sent_tx, sent_rx) = oneshot::channel();
+        if prompt.send((prompt_blocks(blocks), sent_tx)).is_err() {
+            return Err(failed("the session task ended".to_owned()));
+        }
+        match sent_rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => match error_status(&e) {
+                TurnStatus::Failed { code, detail } => Err((code, detail.unwrap_or_default())),
+                TurnStatus::Success => Err(failed(e.to_string())),
+            },
+            Err(_) => Err(failed("the session task ended".to_owned())),
+        }
+    }
+
+    /// The next event; `None` when the session task ended without an outcome.
+    pub(crate) async fn next_event(&mut self) -> Option<NormalizedEvent> {
+        let Some(idle) = self.idle_timeout else {
+            return self.events.recv().await;
+        };
+        match tokio::time::timeout(idle, self.events.recv()).await {
+            Ok(event) => event,
+            Err(_) => {
+                self.cancel().await;
+                let mut outcome = TurnOutcome::new(TurnStatus::failed(codes::AGENT_IDLE_TIMEOUT));
+                outcome.session_id = self.session_id.clone();
+                self.idle_timeout = None;
+                Some(NormalizedEvent::TurnCompleted(outcome))
+            }
+        }
+    }
+
+    /// Cancels the turn: `session/cancel`, pending permission requests answered `cancelled`; the turn then ends
+    /// `cancelled` whatever the agent answers.
+    pub(crate) async fn cancel(&mut self) {
+        if let Err(e) = self.canceller.cancel().await {
+            // The agent is gone; the turn ends (cancelled) when its connection closes.
+            tracing::debug!("session/cancel not sent: {e}");
+        }
+    }
+
+    /// Stops the agent (stdin EOF → grace → SIGTERM → SIGKILL to its process group); returns its stderr tail.
+    pub(crate) async fn finish(self) -> String {
+        self.client.stop(StopPlan::default()).await;
+        self.task.abort();
+        match self.client.child() {
+            Some(child) => {
+                let (bytes, _) = child.stderr_tail().snapshot();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            None => String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn check(update: Value, expect: &[Value]) {
+        let events = map_update(Update::from_value(update), 20);
+        let got: Vec<Value> = events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+            .collect();
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn updates_map_onto_normalized_events() {
+        check(
+            json!({"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"hi"}}),
+            &[json!({"type":"text_delta","text":"hi"})],
+        );
+        check(
+            json!({"sessionUpdate":"agent_thought_chunk","content":{"type":"text","text":"hm"}}),
+            &[json!({"type":"thinking_delta","text":"hm"})],
+        );
+        check(
+            json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"write a","kind":"edit","status":"pending"}),
+            &[json!({"type":"tool_use","id":"c1","name":"write a","input":{"kind":"edit"}})],
+        );
+        check(
+            json!({"sessionUpdate":"tool_call","toolCallId":"c1","title":"ls","rawInput":{"cmd":"ls"},"status":"completed"}),
+            &[
+                json!({"type":"tool_use","id":"c1","name":"ls","input":{"cmd":"ls"}}),
+                json!({"type":"tool_result","tool_use_id":"c1","is_error":false,"summary":"completed","truncated":false}),
+            ],
+        );
+        check(
+            json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"failed","content":[{"type":"content","content":{"type":"text","text":"selected reject"}}]}),
+            &[
+                json!({"type":"tool_result","tool_use_id":"c1","is_error":true,"summary":"selected reject","truncated":false}),
+            ],
+        );
+        // At the limit (20 chars) and one past it.
+        check(
+            json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"x".repeat(20)}}]}),
+            &[
+                json!({"type":"tool_result","tool_use_id":"c1","is_error":false,"summary":"x".repeat(20),"truncated":false}),
+            ],
+        );
+        check(
+            json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"completed","content":[{"type":"content","content":{"type":"text","text":"x".repeat(21)}}]}),
+            &[
+                json!({"type":"tool_result","tool_use_id":"c1","is_error":false,"summary":format!("{}…", "x".repeat(19)),"truncated":true}),
+            ],
+        );
+        check(
+            json!({"sessionUpdate":"tool_call_update","toolCallId":"c1","status":"in_progress"}),
+            &[json!({"type":"notice","kind":"tool_call_update","detail":"c1 in_progress"})],
+        );
+        check(
+            json!({"sessionUpdate":"plan","entries":[]}),
+            &[json!({"type":"notice","kind":"plan"})],
+        );
+        check(
+            json!({"sessionUpdate":"future_thing"}),
+            &[
+                json!({"type":"notice","kind":"future_thing","detail":"not understood by the ACP v1 types"}),
+            ],
+        );
+    }
+
+    fn code(status: TurnStatus) -> String {
+        match status {
+            TurnStatus::Success => "success".to_owned(),
+            TurnStatus::Failed { code, .. } => code,
+        }
+    }
+
+    #[test]
+    fn stop_reasons_and_errors_map_to_run_statuses() {
+        assert_eq!(code(stop_status(&StopReason::EndTurn)), "success");
+        assert_eq!(code(stop_status(&StopReason::Cancelled)), "cancelled");
+        assert_eq!(code(stop_status(&StopReason::Refusal)), "refusal");
+        assert_eq!(code(stop_status(&StopReason::MaxTokens)), "max_tokens");
+        assert_eq!(
+            code(stop_status(&StopReason::MaxTurnRequests)),
+            "max_turn_requests"
+        );
+        assert_eq!(
+            code(error_status(&AcpError::ConnectionClosed)),
+            "agent_exited_mid_turn"
+        );
+        assert_eq!(
+            code(error_status(&AcpError::TurnFailed {
+                message: "x".to_owned()
+            })),
+            "agent_error"
+        );
+    }
+
+    fn choose(kinds: &[PermissionOptionKind], allow: bool) -> String {
+        let options: Vec<PermissionOption> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| PermissionOption::new(format!("o{i}"), format!("option {i}"), *kind))
+            .collect();
+        let outcome = if allow {
+            allow_outcome(&options).unwrap_or_else(|| reject_outcome(&options))
+        } else {
+            reject_outcome(&options)
+        };
+        match outcome {
+            RequestPermissionOutcome::Selected(s) => s.option_id.to_string(),
+            _ => "cancelled".to_owned(),
+        }
+    }
+
+    #[test]
+    fn permission_choices() {
+        use PermissionOptionKind::*;
+        assert_eq!(choose(&[AllowAlways, AllowOnce, RejectOnce], true), "o1");
+        assert_eq!(choose(&[RejectOnce, AllowAlways], true), "o1");
+        assert_eq!(choose(&[RejectAlways, RejectOnce], true), "o1");
+        assert_eq!(choose(&[], true), "cancelled");
+        assert_eq!(choose(&[AllowOnce, RejectAlways], false), "o1");
+        assert_eq!(choose(&[AllowOnce, AllowAlways], false), "cancelled");
+    }
+}
