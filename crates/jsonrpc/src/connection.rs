@@ -15,7 +15,7 @@ use futures_util::Stream;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{CallError, CloseReason, SendError};
 use crate::incoming::{Incoming, IncomingMessage, IncomingRequest, Responder};
@@ -68,7 +68,15 @@ pub struct Config {
     pub outgoing_queue: usize,
     /// Timeout of [`Connection::call`]. Default `None` (no timeout): an ACP `session/prompt` lasts a whole agent
     /// turn and a permission request waits for a human. Use [`Connection::call_with_timeout`] per call.
+    /// The timeout covers queueing the request (waiting for room in a full outgoing queue) and waiting for the
+    /// answer.
     pub default_call_timeout: Option<Duration>,
+    /// How long the writer keeps writing once the output is closing ([`Connection::close`], or every handle
+    /// dropped): what was queued before is written, then the stream is shut down. Default 5 s. When the peer does
+    /// not read and the deadline passes, the rest is discarded, the stream is dropped (the socket or pipe is
+    /// released) and a warning is logged; [`Connection::close`] returns then. [`Connection::abort`] does not wait
+    /// at all.
+    pub close_flush_timeout: Duration,
 }
 
 impl Default for Config {
@@ -80,6 +88,7 @@ impl Default for Config {
             incoming_queue: 64,
             outgoing_queue: 64,
             default_call_timeout: None,
+            close_flush_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -163,6 +172,11 @@ pub(crate) struct Shared {
     closed: CancellationToken,
     /// Cancelled when the writer task has ended (for any reason); the writer then also aborts the reader.
     writer_done: CancellationToken,
+    /// Cancelled when the output starts closing ([`Connection::close`], [`Connection::abort`], every handle
+    /// dropped): sends fail from then on, and the writer's flush deadline starts.
+    closing: CancellationToken,
+    /// Cancelled by [`Connection::abort`]: the writer drops the stream without writing anything more.
+    aborted: CancellationToken,
 }
 
 impl Shared {
@@ -209,11 +223,13 @@ impl Shared {
 /// only against our pending calls, never against the peer's requests.
 ///
 /// The output is closed (flushed, then shut down, so the peer sees EOF) by [`Connection::close`], or once every
-/// `Connection` clone, the [`Incoming`] and every unanswered [`IncomingRequest`] are dropped.
+/// `Connection` clone, the [`Incoming`] and every unanswered [`IncomingRequest`] are dropped; either way the writer
+/// task drops the stream at the latest [`Config::close_flush_timeout`] later, even if the peer never reads.
+/// [`Connection::abort`] drops it without flushing.
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<Shared>,
-    out: mpsc::Sender<Outgoing>,
+    out: Out,
 }
 
 impl std::fmt::Debug for Connection {
@@ -357,27 +373,35 @@ impl Connection {
             counters: Counters::default(),
             closed: CancellationToken::new(),
             writer_done: CancellationToken::new(),
+            closing: CancellationToken::new(),
+            aborted: CancellationToken::new(),
         });
+        let out = Out {
+            tx: out_tx,
+            closing: shared.closing.clone(),
+            guard: Arc::new(shared.closing.clone().drop_guard()),
+        };
         let reader_task = Reader {
             shared: shared.clone(),
-            out: out_tx.downgrade(),
+            out: out.tx.downgrade(),
+            guard: Arc::downgrade(&out.guard),
             incoming: incoming_tx,
         };
         let reader = tokio::spawn(reader_task.run(source)).abort_handle();
         tokio::spawn(write_loop(sink, out_rx, shared.clone(), reader));
-        let incoming = Incoming::new(incoming_rx, out_tx.clone());
-        (
-            Connection {
-                shared,
-                out: out_tx,
-            },
-            incoming,
-        )
+        let incoming = Incoming::new(incoming_rx, out.clone());
+        (Connection { shared, out }, incoming)
     }
 
     /// Calls `method` and waits for the answer, for at most [`Config::default_call_timeout`] (default: no limit).
+    /// The timeout covers both waiting for room in a full outgoing queue (a peer that stopped reading) and waiting
+    /// for the answer.
     ///
     /// JSON sent: `{"jsonrpc":"2.0","id":7,"method":"session/new","params":{…}}`.
+    ///
+    /// Without a timeout a call waits until it is answered, [`cancel`](Self::cancel)led, or the connection closes.
+    /// A peer that drops our request line (for example because it is longer than the peer's own line limit) never
+    /// answers it: bound such calls with [`call_with_timeout`](Self::call_with_timeout).
     ///
     /// # Errors
     ///
@@ -401,12 +425,24 @@ impl Connection {
         params: Option<Value>,
         timeout: Duration,
     ) -> Result<Value, CallError> {
-        let mut call = self.start_call(method, params).await?;
-        call.wait_timeout(timeout).await
+        let Some(deadline) = tokio::time::Instant::now().checked_add(timeout) else {
+            // A timeout past the end of time is no timeout.
+            return self.start_call(method, params).await?.await;
+        };
+        // The deadline covers queueing too: a peer that stops reading fills the outgoing queue.
+        let started = tokio::time::timeout_at(deadline, self.start_call(method, params)).await;
+        let Ok(started) = started else {
+            // The request was never queued (sending into the queue is cancel-safe) and its pending entry was
+            // removed when the dropped `start_call` future dropped its `PendingCall`.
+            bump(&self.shared.counters.timeouts);
+            return Err(CallError::Timeout);
+        };
+        started?.wait_until(deadline).await
     }
 
     /// Sends a request and returns its [`PendingCall`] (a future of the answer) without waiting for the answer,
     /// so that the caller can learn its id (to [`cancel`](Self::cancel) it) or race it against something else.
+    /// Waits while the outgoing queue is full; dropping this future then sends nothing and leaves nothing pending.
     ///
     /// # Errors
     ///
@@ -444,10 +480,7 @@ impl Connection {
             params: params.as_ref(),
         })
         .map_err(CallError::Encode)?;
-        self.out
-            .send(Outgoing::Line(line))
-            .await
-            .map_err(|_| CallError::ConnectionClosed)?;
+        self.out.send(line).await?;
         Ok(call)
     }
 
@@ -477,19 +510,21 @@ impl Connection {
     }
 
     async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
-        self.out
-            .send(Outgoing::Line(line))
-            .await
-            .map_err(|_| SendError::ConnectionClosed)
+        self.out.send(line).await
     }
 
     /// Cancels our pending call `id`: the call resolves at once with [`CallError::Cancelled`] and
-    /// `$/cancel_request {"requestId": id}` is sent; the peer's eventual answer is dropped and counted in
+    /// `$/cancel_request {"requestId": id}` is queued; the peer's eventual answer is dropped and counted in
     /// [`Stats::late_responses`]. Returns `false` (and sends nothing) when `id` is not pending.
+    ///
+    /// Never waits for the peer: when the outgoing queue is full (a peer that stopped reading), the notification
+    /// is queued from a background task once there is room, and is dropped if the output starts closing first
+    /// (the peer then never learns of the cancellation; the call is cancelled all the same).
     ///
     /// # Errors
     ///
-    /// [`SendError`] when `$/cancel_request` could not be sent (the call is cancelled all the same).
+    /// [`SendError`] when `$/cancel_request` could not be queued: the output is closed or closing, or encoding
+    /// failed (the call is cancelled all the same).
     pub async fn cancel(&self, id: &RequestId) -> Result<bool, SendError> {
         let RequestId::Number(number) = id else {
             return Ok(false);
@@ -502,20 +537,41 @@ impl Connection {
         // The caller may have stopped waiting; the cancellation stands either way.
         let _ = waiter.send(Err(CallError::Cancelled));
         let params = serde_json::json!({ "requestId": id });
-        self.notify(crate::CANCEL_REQUEST_METHOD, Some(params))
-            .await?;
+        let line = agentwire_jsonl::to_line(&NotificationRef {
+            method: crate::CANCEL_REQUEST_METHOD,
+            params: Some(&params),
+        })?;
+        self.out.send_in_background(line, "$/cancel_request")?;
         Ok(true)
     }
 
-    /// Writes what was queued before, shuts the output down (the peer sees EOF) and closes the connection: pending
-    /// calls fail with [`CallError::ConnectionClosed`], and messages sent after `close` began are not written (their
-    /// senders may already have been told `Ok`). Waits until the writer has finished; if the peer may not be
-    /// reading, bound this with a timeout.
+    /// Closes the connection, flushing what was queued: bounded by [`Config::close_flush_timeout`].
+    ///
+    /// At once (before the first `.await`, so also when this future is dropped right away): the connection is
+    /// closed ([`is_closed`](Self::is_closed) is `true`, [`close_reason`](Self::close_reason) is
+    /// [`CloseReason::Closed`]), every pending call fails with [`CallError::ConnectionClosed`], and every send
+    /// (`call`, `notify`, `respond`, also one already waiting for room in the queue) fails with
+    /// [`CallError::ConnectionClosed`] / [`SendError::ConnectionClosed`].
+    /// Then the writer task writes the lines queued before, shuts the output down (the peer sees EOF), drops the
+    /// stream and stops the reader; this future resolves when it has. If the peer does not read, the writer gives
+    /// up after [`Config::close_flush_timeout`] (default 5 s), discards the rest and drops the stream; dropping
+    /// this future does not stop that. Use [`abort`](Self::abort) to drop the stream without flushing.
     pub async fn close(&self) {
-        // Queued behind everything sent before: the writer writes those, then shuts the stream down. If the
-        // writer is already gone the send fails, and there is nothing left to flush.
-        let _ = self.out.send(Outgoing::Close).await;
+        self.begin_close();
         self.shared.writer_done.cancelled().await;
+    }
+
+    /// Closes the connection without flushing: as [`close`](Self::close) (pending calls and sends fail at once),
+    /// but queued lines are discarded and the writer task drops the stream (the socket or pipe is released) and
+    /// stops the reader as soon as it runs, even while a write is blocked on a peer that does not read.
+    /// Does not wait; `close().await` afterwards waits until the stream is dropped.
+    pub fn abort(&self) {
+        self.shared.aborted.cancel();
+        self.begin_close();
+    }
+
+    fn begin_close(&self) {
+        self.shared.closing.cancel();
         self.shared.close(CloseReason::Closed);
     }
 
@@ -596,7 +652,15 @@ impl PendingCall {
     ///
     /// [`CallError::Timeout`] when no answer arrived in time (the call is then forgotten); otherwise as the future.
     pub async fn wait_timeout(&mut self, timeout: Duration) -> Result<Value, CallError> {
-        match tokio::time::timeout(timeout, &mut *self).await {
+        match tokio::time::Instant::now().checked_add(timeout) {
+            Some(deadline) => self.wait_until(deadline).await,
+            None => (&mut *self).await,
+        }
+    }
+
+    /// As [`wait_timeout`](Self::wait_timeout), with a deadline.
+    async fn wait_until(&mut self, deadline: tokio::time::Instant) -> Result<Value, CallError> {
+        match tokio::time::timeout_at(deadline, &mut *self).await {
             Ok(result) => result,
             Err(_) => {
                 let removed = self.shared.lock().pending.remove(&self.id).is_some();
@@ -646,6 +710,8 @@ struct Reader {
     shared: Arc<Shared>,
     /// Weak, so that the reader alone does not keep the output open.
     out: mpsc::WeakSender<Outgoing>,
+    /// Weak, for the same reason: the output starts closing when the last strong guard is dropped.
+    guard: std::sync::Weak<DropGuard>,
     incoming: mpsc::Sender<IncomingMessage>,
 }
 
@@ -809,13 +875,22 @@ impl Reader {
         }
         let responder = Responder::new(
             request.id.clone(),
-            self.out.upgrade(),
+            self.upgrade_out(),
             self.shared.clone(),
             cancel,
         );
         Route::Deliver(IncomingMessage::Request(IncomingRequest::new(
             request, responder,
         )))
+    }
+
+    /// A strong handle on the output, `None` once every handle was dropped (the output is closing then).
+    fn upgrade_out(&self) -> Option<Out> {
+        Some(Out {
+            tx: self.out.upgrade()?,
+            closing: self.shared.closing.clone(),
+            guard: self.guard.upgrade()?,
+        })
     }
 
     fn accept_notification(&self, notification: Notification) -> Route {
@@ -935,8 +1010,79 @@ type WriteFn =
 pub(crate) enum Outgoing {
     /// One complete line (ends in `\n`).
     Line(Vec<u8>),
-    /// Write what came before, then shut the stream down and stop ([`Connection::close`]).
-    Close,
+}
+
+/// A strong handle on the output: the writer queue, and a guard that starts closing the output when the last
+/// handle ([`Connection`] clones, [`Incoming`], unanswered [`Responder`]s) is dropped.
+#[derive(Clone)]
+pub(crate) struct Out {
+    tx: mpsc::Sender<Outgoing>,
+    closing: CancellationToken,
+    guard: Arc<DropGuard>,
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Out")
+            .field("closing", &self.closing.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Out {
+    /// Queues one line, waiting while the queue is full; fails at once when the output is closing, also while
+    /// waiting. Cancel-safe: dropped while waiting, nothing is queued.
+    pub(crate) async fn send(&self, line: Vec<u8>) -> Result<(), SendError> {
+        if self.closing.is_cancelled() {
+            return Err(SendError::ConnectionClosed);
+        }
+        tokio::select! {
+            biased;
+            () = self.closing.cancelled() => Err(SendError::ConnectionClosed),
+            sent = self.tx.send(Outgoing::Line(line)) => sent.map_err(|_| SendError::ConnectionClosed),
+        }
+    }
+
+    /// Queues one line without waiting: at once when there is room, else from a background task that holds no
+    /// guard (so it does not keep the output open) and gives up when the output starts closing.
+    ///
+    /// # Errors
+    ///
+    /// [`SendError::ConnectionClosed`] when the output is closed or closing.
+    pub(crate) fn send_in_background(
+        &self,
+        line: Vec<u8>,
+        what: &'static str,
+    ) -> Result<(), SendError> {
+        if self.closing.is_cancelled() {
+            return Err(SendError::ConnectionClosed);
+        }
+        let line = match self.tx.try_send(Outgoing::Line(line)) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(SendError::ConnectionClosed),
+            Err(mpsc::error::TrySendError::Full(line)) => line,
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                what,
+                "json-rpc line not sent: queue full and no tokio runtime"
+            );
+            return Err(SendError::ConnectionClosed);
+        };
+        let tx = self.tx.clone();
+        let closing = self.closing.clone();
+        runtime.spawn(async move {
+            let sent = tokio::select! {
+                biased;
+                () = closing.cancelled() => false,
+                sent = tx.send(line) => sent.is_ok(),
+            };
+            if !sent {
+                tracing::debug!(what, "json-rpc line not sent: the output closed first");
+            }
+        });
+        Ok(())
+    }
 }
 
 /// Where the writer task puts lines.
@@ -980,41 +1126,72 @@ impl LineSink {
 }
 
 /// The writer task: the only writer of the stream. Writes each queued line, everything queued at that moment
-/// before one flush; on a write error closes the connection (every pending call fails). Ends when every sender is
-/// dropped or on [`Outgoing::Close`], after flushing and shutting the stream down; then aborts the reader.
+/// before one flush; on a write error closes the connection (every pending call fails).
+///
+/// When the output starts closing (`Shared::closing`: [`Connection::close`], or every handle dropped) it writes
+/// what is still queued, shuts the stream down and stops, within [`Config::close_flush_timeout`]; on
+/// [`Connection::abort`] it stops at once. Either way it then drops the stream, aborts the reader and marks the
+/// connection closed.
 async fn write_loop(
     mut sink: LineSink,
     mut queue: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
     reader: tokio::task::AbortHandle,
 ) {
-    let result: std::io::Result<()> = async {
-        'write: while let Some(mut item) = queue.recv().await {
-            loop {
-                match item {
-                    Outgoing::Line(line) => sink.write(&line).await?,
-                    Outgoing::Close => break 'write,
-                }
-                match queue.try_recv() {
-                    Ok(next) => item = next,
-                    Err(_) => break,
-                }
+    let closing = shared.closing.clone();
+    let body = async {
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = closing.cancelled() => None,
+                item = queue.recv() => item,
+            };
+            // `None`: closing began, or every sender is gone (then the guard is gone too).
+            let Some(Outgoing::Line(line)) = item else {
+                break;
+            };
+            sink.write(&line).await?;
+            while let Ok(Outgoing::Line(line)) = queue.try_recv() {
+                sink.write(&line).await?;
             }
             sink.flush().await?;
         }
+        // Starts the flush deadline (a no-op when closing already began).
+        closing.cancel();
+        // Later sends fail; what is already queued is written.
         queue.close();
-        sink.shutdown().await
-    }
-    .await;
-    // Before anyone learns that the connection closed, later sends must already fail.
-    queue.close();
-    match result {
-        Ok(()) => shared.close(CloseReason::Closed),
-        Err(error) => {
-            tracing::warn!(%error, "json-rpc write failed; connection closed");
-            shared.close(CloseReason::WriteFailed(error.to_string()));
+        while let Some(Outgoing::Line(line)) = queue.recv().await {
+            sink.write(&line).await?;
         }
-    }
+        sink.shutdown().await
+    };
+    let flush_deadline = async {
+        closing.cancelled().await;
+        tokio::time::sleep(shared.config.close_flush_timeout).await;
+    };
+    let reason = tokio::select! {
+        biased;
+        () = shared.aborted.cancelled() => CloseReason::Closed,
+        result = body => match result {
+            Ok(()) => CloseReason::Closed,
+            Err(error) => {
+                tracing::warn!(%error, "json-rpc write failed; connection closed");
+                CloseReason::WriteFailed(error.to_string())
+            }
+        },
+        () = flush_deadline => {
+            tracing::warn!(
+                timeout = ?shared.config.close_flush_timeout,
+                "json-rpc peer did not take the queued lines before the close deadline; they are discarded"
+            );
+            CloseReason::Closed
+        }
+    };
+    // Before anyone learns that the connection closed, later sends must already fail.
+    closing.cancel();
+    queue.close();
+    drop(sink);
+    shared.close(reason);
     reader.abort();
     shared.writer_done.cancel();
 }
@@ -1046,5 +1223,6 @@ mod tests {
         assert_eq!(config.incoming_queue, 64);
         assert_eq!(config.outgoing_queue, 64);
         assert_eq!(config.default_call_timeout, None);
+        assert_eq!(config.close_flush_timeout, Duration::from_secs(5));
     }
 }

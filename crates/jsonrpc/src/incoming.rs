@@ -6,7 +6,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::connection::{Outgoing, Shared};
+use crate::connection::{Out, Shared};
 use crate::error::SendError;
 use crate::message::{ErrorObject, Notification, Request, RequestId, ResponseRef};
 
@@ -19,11 +19,11 @@ use crate::message::{ErrorObject, Notification, Request, RequestId, ResponseRef}
 pub struct Incoming {
     rx: mpsc::Receiver<IncomingMessage>,
     /// Keeps the output open while the application may still answer.
-    _out: mpsc::Sender<Outgoing>,
+    _out: Out,
 }
 
 impl Incoming {
-    pub(crate) fn new(rx: mpsc::Receiver<IncomingMessage>, out: mpsc::Sender<Outgoing>) -> Self {
+    pub(crate) fn new(rx: mpsc::Receiver<IncomingMessage>, out: Out) -> Self {
         Incoming { rx, _out: out }
     }
 
@@ -107,7 +107,7 @@ impl IncomingRequest {
 /// Answers one incoming request; see [`IncomingRequest`]. Dropping it unanswered answers -32603.
 pub struct Responder {
     id: RequestId,
-    out: Option<mpsc::Sender<Outgoing>>,
+    out: Option<Out>,
     shared: Arc<Shared>,
     cancel: CancellationToken,
     answered: bool,
@@ -125,7 +125,7 @@ impl std::fmt::Debug for Responder {
 impl Responder {
     pub(crate) fn new(
         id: RequestId,
-        out: Option<mpsc::Sender<Outgoing>>,
+        out: Option<Out>,
         shared: Arc<Shared>,
         cancel: CancellationToken,
     ) -> Self {
@@ -163,10 +163,8 @@ impl Responder {
             id: Some(&self.id),
             result: result.as_ref(),
         })?;
-        let out = self.out.clone().ok_or(SendError::ConnectionClosed)?;
-        out.send(Outgoing::Line(line))
-            .await
-            .map_err(|_| SendError::ConnectionClosed)?;
+        let out = self.out.as_ref().ok_or(SendError::ConnectionClosed)?;
+        out.send(line).await?;
         self.answered = true;
         Ok(())
     }
@@ -191,27 +189,12 @@ impl Drop for Responder {
                 return;
             }
         };
-        match out.try_send(Outgoing::Line(line)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                tracing::debug!(id = %self.id, "json-rpc dropped request not answered: writer stopped");
-            }
-            Err(mpsc::error::TrySendError::Full(line)) => {
-                // The writer queue is full: answer from a task so that drop never blocks.
-                let id = self.id.clone();
-                match tokio::runtime::Handle::try_current() {
-                    Ok(handle) => {
-                        handle.spawn(async move {
-                            if out.send(line).await.is_err() {
-                                tracing::debug!(%id, "json-rpc dropped request not answered: writer stopped");
-                            }
-                        });
-                    }
-                    Err(_) => {
-                        tracing::warn!(%id, "json-rpc dropped request not answered: no tokio runtime");
-                    }
-                }
-            }
+        // Never blocks: a full queue is waited on by a background task, which gives up when the output closes.
+        if out
+            .send_in_background(line, "-32603 answer to a dropped request")
+            .is_err()
+        {
+            tracing::debug!(id = %self.id, "json-rpc dropped request not answered: writer stopped");
         }
     }
 }

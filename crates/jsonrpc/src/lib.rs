@@ -30,6 +30,9 @@
 //!   calls, requests in flight, and both queues. A full incoming queue stops the reader (back-pressure to the peer).
 //! - **Closing is total.** On EOF, a read error or a write error, every pending call fails with
 //!   [`CallError::ConnectionClosed`] and [`Connection::closed`] resolves; no write error is ignored.
+//! - **A peer that stops reading cannot hang us.** Call timeouts cover queueing, [`Connection::cancel`] never
+//!   waits, [`Connection::close`] closes at once and flushes within [`Config::close_flush_timeout`] (also when every
+//!   handle is dropped), and [`Connection::abort`] drops the stream without flushing.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
