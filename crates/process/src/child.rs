@@ -254,7 +254,6 @@ async fn until<F: std::future::Future>(deadline: Option<Instant>, fut: F) -> Opt
 }
 
 /// State shared by [`Child`] and every [`ChildHandle`].
-#[derive(Debug)]
 struct Shared {
     pid: u32,
     exit: watch::Receiver<Option<Exit>>,
@@ -268,6 +267,14 @@ struct Shared {
 }
 
 impl Shared {
+    /// The state for `Debug`: `running`, `exited (exit code 0)` or `exited (killed by signal 9)`.
+    fn state(&self) -> String {
+        match self.exited() {
+            None => "running".to_owned(),
+            Some(status) => format!("exited ({status})"),
+        }
+    }
+
     fn exited(&self) -> Option<ExitStatus> {
         self.exit.borrow().as_ref().map(|e| e.status)
     }
@@ -351,7 +358,8 @@ impl Shared {
 ///   [`ChildConfig::kill_orphans_after_drain`]). [`ChildHandle`]s do not keep the process alive.
 /// - Until stdout is taken with [`Child::take_stdout`], its items queue up to
 ///   [`ChildConfig::stdout_queue_items`] and then the child blocks writing; take it and drop it to discard output.
-#[derive(Debug)]
+///
+/// `Debug` is concise: the pid, the state (`running`, `exited (exit code 0)`) and whether stdout was taken.
 pub struct Child {
     handle: ChildHandle,
     stdout: Option<Stdout>,
@@ -360,7 +368,8 @@ pub struct Child {
 /// A clonable handle to a [`Child`]: wait, stop, stdin and stderr from other tasks.
 ///
 /// It does not own the process: when the [`Child`] is dropped the group is killed regardless of handles.
-#[derive(Clone, Debug)]
+/// `Debug` shows the pid and the state only.
+#[derive(Clone)]
 pub struct ChildHandle {
     shared: Arc<Shared>,
 }
@@ -483,6 +492,25 @@ impl Child {
         plan: StopPlan,
     ) -> WaitOutcome {
         self.handle.wait_or_stop(cancel, timeout, plan).await
+    }
+}
+
+impl fmt::Debug for ChildHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChildHandle")
+            .field("pid", &self.shared.pid)
+            .field("state", &self.shared.state())
+            .finish()
+    }
+}
+
+impl fmt::Debug for Child {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Child")
+            .field("pid", &self.handle.shared.pid)
+            .field("state", &self.handle.shared.state())
+            .field("stdout_taken", &self.stdout.is_none())
+            .finish()
     }
 }
 

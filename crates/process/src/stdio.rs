@@ -30,12 +30,12 @@ use crate::tail::TailBuffer;
 /// After a failed write or [`Stdin::close`], every write returns [`StdinError::Closed`].
 /// Writing to a child that has exited returns [`StdinError::BrokenPipe`] (the process ignores `SIGPIPE`, as every
 /// Rust program does by default).
-#[derive(Clone, Debug)]
+/// `Debug` shows only whether stdin is closed.
+#[derive(Clone)]
 pub struct Stdin {
     inner: Arc<StdinShared>,
 }
 
-#[derive(Debug)]
 struct StdinShared {
     pipe: tokio::sync::Mutex<Option<ChildStdin>>,
     closing: CancellationToken,
@@ -119,6 +119,14 @@ impl Stdin {
     }
 }
 
+impl std::fmt::Debug for Stdin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stdin")
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
 /// One write in progress, holding the pipe's lock. Closes stdin if the write fails or is abandoned half-way.
 struct Inflight<'a> {
     pipe: tokio::sync::MutexGuard<'a, Option<ChildStdin>>,
@@ -185,15 +193,29 @@ pub enum StdoutItem {
 }
 
 /// Why the stdout stream ended.
+///
+/// Which reason a child whose grandchild holds stdout open gets depends on a race that is not a bug: at the end
+/// of the drain window the reader stops waiting, and (with [`ChildConfig::kill_orphans_after_drain`], the
+/// default) the supervisor kills the orphans at that same moment, which closes their end of the pipe.
+/// - [`StdoutEnd::Eof`]: every writer closed the pipe. Also the end when the orphans were killed at the end of the
+///   drain window *before* the reader looked at the pipe again (typically a slow consumer: the reader was waiting
+///   for queue room), and the late drain then read the rest and saw the close. Nothing was lost.
+/// - [`StdoutEnd::DrainWindowElapsed`]: the pipe was still open when the reader looked after the window (the
+///   reader was first, or the orphan kill is off, or a process that left the group with `setsid` holds the
+///   pipe), or [`ChildConfig::late_drain_max_bytes`] ran out. Output in the pipe at that moment was delivered.
+/// - [`StdoutEnd::ReadError`]: reading failed, or the reader task is gone (the runtime is shutting down).
+///
+/// So do not treat `Eof` as "no grandchild was left": look at [`crate::Child::wait`] for completion, which never
+/// depends on the pipe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StdoutEnd {
-    /// Every writer closed the pipe.
+    /// Every writer closed the pipe (including orphans killed at the end of the drain window; see above).
     Eof,
     /// The child exited and the drain window elapsed while the pipe was still open (a grandchild holds it).
     /// Output that was already in the pipe at that moment was still delivered.
     DrainWindowElapsed,
-    /// Reading the pipe failed.
+    /// Reading the pipe failed (or the reader task stopped without a verdict: `message` is `stdout reader stopped`).
     ReadError {
         /// The OS error kind.
         kind: io::ErrorKind,
@@ -217,7 +239,7 @@ pub(crate) enum StdoutMsg {
 /// Reading is bounded: at most [`ChildConfig::stdout_queue_items`] items wait here; when they are not consumed, the
 /// reader stops reading and the child blocks on its writes (backpressure, no unbounded buffering).
 /// Dropping `Stdout` makes the reader discard the rest of the output, so the child never blocks or gets `EPIPE`.
-#[derive(Debug)]
+/// `Debug` shows only the end reason (`None` while running).
 pub struct Stdout {
     rx: mpsc::Receiver<StdoutMsg>,
     end: Option<StdoutEnd>,
@@ -261,6 +283,12 @@ impl Stdout {
     }
 }
 
+impl std::fmt::Debug for Stdout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stdout").field("end", &self.end).finish()
+    }
+}
+
 impl futures_util::Stream for Stdout {
     type Item = StdoutItem;
 
@@ -275,12 +303,12 @@ impl futures_util::Stream for Stdout {
 /// A clonable view of the child's stderr: the last [`ChildConfig::stderr_tail_bytes`] bytes and the total count.
 ///
 /// Stderr is diagnostics, never protocol (`protocols/awp.md`): it is only kept, never parsed.
-#[derive(Clone, Debug)]
+/// `Debug` shows the byte counts and whether collection has finished, never the bytes.
+#[derive(Clone)]
 pub struct StderrTail {
     inner: Arc<StderrShared>,
 }
 
-#[derive(Debug)]
 struct StderrShared {
     ring: Mutex<TailBuffer>,
     done: watch::Sender<bool>,
@@ -330,6 +358,24 @@ impl StderrTail {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(data);
+    }
+}
+
+impl std::fmt::Debug for StderrTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kept, total) = {
+            let ring = self
+                .inner
+                .ring
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            (ring.kept_len(), ring.total())
+        };
+        f.debug_struct("StderrTail")
+            .field("kept_bytes", &kept)
+            .field("total_bytes", &total)
+            .field("finished", &self.is_finished())
+            .finish()
     }
 }
 

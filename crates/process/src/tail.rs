@@ -43,6 +43,11 @@ impl TailBuffer {
         Bytes::from(out)
     }
 
+    /// How many bytes are kept (at most `capacity`).
+    pub(crate) fn kept_len(&self) -> usize {
+        self.kept.len()
+    }
+
     /// Every byte ever pushed.
     pub(crate) fn total(&self) -> u64 {
         self.total

@@ -325,3 +325,39 @@ async fn close_interrupts_a_blocked_write() {
     guard("close", stdin.close()).await;
     check_stdin_error(guard("writer", writer).await.unwrap(), "stdin_closed");
 }
+
+#[tokio::test]
+async fn debug_of_child_and_its_handles_is_concise() {
+    let mut child = sh("echo ready; read line; printf 'err-bytes' >&2")
+        .spawn()
+        .expect("spawn");
+    let pid = child.id().expect("running");
+    let mut stdout = child.take_stdout().expect("stdout");
+    assert_eq!(read_line(&mut stdout, &mut Vec::new()).await, "ready");
+    assert_eq!(
+        format!("{child:?}"),
+        format!("Child {{ pid: {pid}, state: \"running\", stdout_taken: true }}")
+    );
+    assert_eq!(
+        format!("{:?}", child.handle()),
+        format!("ChildHandle {{ pid: {pid}, state: \"running\" }}")
+    );
+    assert_eq!(format!("{:?}", child.stdin()), "Stdin { closed: false }");
+    assert_eq!(format!("{stdout:?}"), "Stdout { end: None }");
+
+    child.stdin().write_line(b"go").await.expect("write");
+    assert!(guard("wait", child.wait()).await.success());
+    let stderr = child.stderr_tail();
+    guard("stderr", stderr.finished()).await;
+    let (_, end) = read_to_end(&mut stdout).await;
+    assert_eq!(end, StdoutEnd::Eof);
+    assert_eq!(
+        format!("{:?}", child.handle()),
+        format!("ChildHandle {{ pid: {pid}, state: \"exited (exit code 0)\" }}")
+    );
+    assert_eq!(format!("{stdout:?}"), "Stdout { end: Some(Eof) }");
+    assert_eq!(
+        format!("{stderr:?}"),
+        "StderrTail { kept_bytes: 9, total_bytes: 9, finished: true }"
+    );
+}
