@@ -1,0 +1,355 @@
+//! `awp-host` with ACP agents, end to end: the real binary against the `acp-fixture` and `kandev-fixture` agents
+//! (real processes, pipes, SQLite) — chat, persistence, resume, permissions, fs root, failures, Ctrl-C, check.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use agentwire_process::Command;
+use serde_json::Value;
+use support::{Host, Output, collect, read_until, result_record, thread_id};
+
+/// Writes agents.toml with one ACP agent per `(name, binary, mode)`; `mode` `None` passes no `--mode`.
+fn acp_agents(host: &Host, agents: &[(&str, &str, Option<&str>)]) {
+    let mut text = String::new();
+    for (name, binary, mode) in agents {
+        let path = agentwire_testkit::bin_path(binary);
+        text.push_str(&format!(
+            "[[agents]]\nname = \"{name}\"\nprotocol = \"acp\"\nexecutable = \"{}\"\n",
+            path.display()
+        ));
+        if let Some(mode) = mode {
+            text.push_str(&format!("args = [\"--mode\", \"{mode}\"]\n"));
+        }
+    }
+    std::fs::write(host.config.join("agents.toml"), text).expect("write agents.toml");
+}
+
+/// Runs `awp-host ARGS` with `cwd` as its working directory (stdin closed at once: not a terminal).
+async fn run_in(host: &Host, cwd: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(agentwire_testkit::bin_path("awp-host"));
+    cmd.arg("--data-dir")
+        .arg(&host.data)
+        .arg("--config-dir")
+        .arg(&host.config)
+        .args(args)
+        .current_dir(cwd)
+        .inherit_os_env();
+    let mut child = cmd.spawn().expect("spawn awp-host");
+    child.stdin().close().await;
+    collect(&mut child).await
+}
+
+/// The events of a `--jsonl` run without its result record, as `(type, text-ish field)` pairs.
+fn events(out: &Output) -> Vec<(String, String)> {
+    let mut lines = out.jsonl();
+    lines.pop();
+    lines
+        .iter()
+        .map(|e| {
+            let kind = e["type"].as_str().unwrap_or_default().to_owned();
+            let text = ["text", "session_id", "summary", "name", "kind"]
+                .iter()
+                .find_map(|k| e.get(*k).and_then(Value::as_str))
+                .unwrap_or_default()
+                .to_owned();
+            (kind, text)
+        })
+        .collect()
+}
+
+fn check(out: &Output, code: i32, expect_events: &[(&str, &str)]) {
+    assert_eq!(out.code, code, "{out:?}");
+    let got = events(out);
+    let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(got, expect_events, "{out:?}");
+}
+
+fn messages(detail: &Value) -> Vec<(String, String)> {
+    detail["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_answers_persists_and_resumes_with_session_load() {
+    let host = Host::new();
+    acp_agents(&host, &[("acp", "acp-fixture", Some("echo"))]);
+    let out = host
+        .run(&["chat", "--agent", "acp", "--jsonl", "hello"])
+        .await;
+    check(
+        &out,
+        0,
+        &[("session_started", "sess-1"), ("text_delta", "hello")],
+    );
+    let record = result_record(&out);
+    assert_eq!(record["status"], "succeeded");
+    assert_eq!(record["session_id"], "sess-1");
+    let thread = thread_id(&out);
+
+    // The fixture advertises loadSession and replays "earlier answer": the replay is not part of the new turn.
+    let out = host
+        .run(&["chat", "--thread", &thread, "--jsonl", "again"])
+        .await;
+    check(
+        &out,
+        0,
+        &[("session_started", "sess-1"), ("text_delta", "again")],
+    );
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["thread"]["session_id"], "sess-1");
+    assert_eq!(detail["runs"][1]["resumed_session_id"], "sess-1");
+    let expect = [
+        ("user", "hello"),
+        ("assistant", "hello"),
+        ("user", "again"),
+        ("assistant", "again"),
+    ];
+    let got = messages(&detail);
+    let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(got, expect);
+
+    // Human output: the text on stdout, the status line on stderr.
+    let out = host.run(&["chat", "--agent", "acp", "plain"]).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "plain\n"), "{out:?}");
+    assert!(out.stderr.contains("succeeded"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_load_session_gets_a_new_session_noted_in_the_thread() {
+    let host = Host::new();
+    acp_agents(&host, &[("kandev", "kandev-fixture", None)]);
+    let out = host
+        .run(&["chat", "--agent", "kandev", "--jsonl", "hi"])
+        .await;
+    check(
+        &out,
+        0,
+        &[
+            ("session_started", "kandev-1"),
+            ("text_delta", "Processing: hi"),
+            ("tool_use", "file_edit"),
+            ("tool_result", "completed"),
+        ],
+    );
+    let thread = thread_id(&out);
+    let out = host
+        .run(&["chat", "--thread", &thread, "--jsonl", "more"])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let got = events(&out);
+    assert_eq!(got[1].0, "notice", "{out:?}");
+    assert_eq!(got[1].1, "session_not_resumed", "{out:?}");
+    let detail = host.thread(&thread).await;
+    let note = messages(&detail)
+        .into_iter()
+        .find(|(role, text)| role == "tool" && text.starts_with("ℹ "))
+        .expect("the new session is noted in the thread");
+    assert!(
+        note.1
+            .contains("session kandev-1 was not resumed, started new session kandev-1"),
+        "{note:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_are_denied_without_a_terminal_and_allowed_once_with_yes() {
+    let host = Host::new();
+    acp_agents(&host, &[("tools", "acp-fixture", Some("tools"))]);
+    let denied = host
+        .run(&["chat", "--agent", "tools", "--jsonl", "go"])
+        .await;
+    check(
+        &denied,
+        0,
+        &[
+            ("session_started", "sess-1"),
+            ("tool_use", "write hello.txt"),
+            ("tool_result", "selected reject"),
+        ],
+    );
+    assert_eq!(denied.jsonl()[2]["is_error"], true);
+    let allowed = host
+        .run(&["chat", "--agent", "tools", "--yes", "--jsonl", "go"])
+        .await;
+    check(
+        &allowed,
+        0,
+        &[
+            ("session_started", "sess-1"),
+            ("tool_use", "write hello.txt"),
+            ("tool_result", "selected allow"),
+        ],
+    );
+    assert_eq!(allowed.jsonl()[2]["is_error"], false);
+    let detail = host.thread(&thread_id(&allowed)).await;
+    let got = messages(&detail);
+    let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("user", "go"),
+            ("tool", r#"⚙ write hello.txt {"kind":"edit"}"#),
+            ("tool", "↳ selected allow"),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_requests_are_confined_to_the_chat_working_directory() {
+    let host = Host::new();
+    acp_agents(&host, &[("fs", "acp-fixture", Some("fs"))]);
+    let work = host.path("work");
+    std::fs::create_dir_all(&work).expect("work dir");
+    std::fs::write(work.join("inside.txt"), "inside\n").expect("write");
+    std::fs::write(host.path("outside.txt"), "secret\n").expect("write");
+    let work = work.canonicalize().expect("canonical");
+    let inside = format!("read {}", work.join("inside.txt").display());
+    let out = run_in(&host, &work, &["chat", "--agent", "fs", &inside]).await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "inside\n"),
+        "{out:?}"
+    );
+    let outside = format!(
+        "read {}",
+        work.parent().expect("parent").join("outside.txt").display()
+    );
+    let out = run_in(&host, &work, &["chat", "--agent", "fs", &outside]).await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (0, "error -32602 outside_root\n"),
+        "{out:?}"
+    );
+    let write = format!("write {} hi there", work.join("new.txt").display());
+    let out = run_in(&host, &work, &["chat", "--agent", "fs", &write]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("new.txt")).expect("written"),
+        "hi there"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_exiting_mid_prompt_fails_the_turn_with_exit_6() {
+    let host = Host::new();
+    acp_agents(&host, &[("dies", "acp-fixture", Some("exit-mid-prompt"))]);
+    let out = host.run(&["chat", "--agent", "dies", "--jsonl", "x"]).await;
+    check(
+        &out,
+        6,
+        &[
+            ("session_started", "sess-1"),
+            ("text_delta", "about to exit"),
+        ],
+    );
+    let record = result_record(&out);
+    assert_eq!(record["status"], "failed");
+    assert_eq!(record["error"]["code"], "agent_exited_mid_turn");
+    let detail = host
+        .thread(record["thread_id"].as_str().expect("thread"))
+        .await;
+    assert_eq!(detail["runs"][0]["status"], "failed");
+    // The session id was durable before the prompt, the streamed text is kept.
+    assert_eq!(detail["thread"]["session_id"], "sess-1");
+    assert_eq!(detail["messages"][1]["content"], "about to exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_sends_session_cancel_and_exits_7() {
+    let host = Host::new();
+    acp_agents(&host, &[("waits", "acp-fixture", Some("wait-cancel"))]);
+    let mut child = host.spawn(&["chat", "--agent", "waits", "--jsonl", "please cancel me"]);
+    let mut stdout = child.take_stdout().expect("stdout");
+    let seen = read_until(&mut stdout, "waiting for cancel").await;
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().expect("pid")).expect("pid"))
+        .expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("send SIGINT");
+    let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exit");
+    assert_eq!(status.code, Some(7), "{seen}{rest}");
+    // The agent saw session/cancel and kept streaming until it answered `cancelled`.
+    assert!(rest.contains("saw cancel"), "{seen}{rest}");
+    let record: Value = serde_json::from_str(rest.lines().last().expect("record")).expect("json");
+    assert_eq!(record["status"], "cancelled");
+    assert_eq!(record["error"]["code"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_protocol_acp_reports_conformance() {
+    let host = Host::new();
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    let fixture = fixture.to_str().expect("utf-8 path");
+    let out = host
+        .run(&[
+            "check",
+            "--protocol",
+            "acp",
+            "--",
+            fixture,
+            "--mode",
+            "echo",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("PASS  spawns"), "{out:?}");
+    assert!(out.stdout.contains("conformant"), "{out:?}");
+
+    let out = host
+        .run(&[
+            "check",
+            "--protocol",
+            "acp",
+            "--json",
+            "--",
+            fixture,
+            "--mode",
+            "cancel-error",
+        ])
+        .await;
+    assert_eq!(out.code, 8, "{out:?}");
+    let rule = out.json()["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| r["id"] == "cancel_yields_cancelled")
+        .cloned()
+        .expect("cancel rule");
+    assert_eq!(rule["outcome"], "fail", "{rule}");
+    assert!(out.stderr.contains("(check_failed)"), "{out:?}");
+
+    let out = host
+        .run(&[
+            "check",
+            "--protocol",
+            "acp",
+            "--",
+            fixture,
+            "--mode",
+            "protocol-v2",
+        ])
+        .await;
+    assert_eq!(out.code, 8, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("FAIL  initialize_answers_integer_version"),
+        "{out:?}"
+    );
+
+    let out = host
+        .run(&["check", "--protocol", "acp", "--", "/nonexistent/acp-agent"])
+        .await;
+    assert_eq!(out.code, 3, "{out:?}");
+}
