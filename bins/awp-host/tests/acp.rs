@@ -216,11 +216,7 @@ async fn fs_requests_are_confined_to_the_chat_working_directory() {
     let work = work.canonicalize().expect("canonical");
     let inside = format!("read {}", work.join("inside.txt").display());
     let out = run_in(&host, &work, &["chat", "--agent", "fs", &inside]).await;
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (0, "inside\n"),
-        "{out:?}"
-    );
+    assert_eq!((out.code, out.stdout.as_str()), (0, "inside\n"), "{out:?}");
     let outside = format!(
         "read {}",
         work.parent().expect("parent").join("outside.txt").display()
