@@ -10,8 +10,7 @@ pub enum Exit {
     /// 2: usage error: bad flags, unknown thread or agent name, unreadable/oversized/unsupported attachment or
     /// prompt, invalid configuration file.
     Usage,
-    /// 3: agent unavailable: launch validation failed, executable missing, spawn failure, protocol not supported
-    /// by `chat` (ACP).
+    /// 3: agent unavailable: launch validation failed, executable missing, spawn failure.
     AgentUnavailable,
     /// 6: the turn failed: the agent's result was an error, it exited mid-turn, stdin could not be written.
     TurnFailed,
@@ -44,7 +43,11 @@ impl Exit {
         match code {
             "spawn_failed" => Exit::AgentUnavailable,
             "cancelled" | "agent_idle_timeout" => Exit::Cancelled,
-            "stdout_line_too_long" | "invalid_session_id" | "output_before_input" => Exit::Protocol,
+            "stdout_line_too_long"
+            | "invalid_session_id"
+            | "output_before_input"
+            | "unsupported_protocol_version"
+            | "invalid_response" => Exit::Protocol,
             _ => Exit::TurnFailed,
         }
     }
@@ -74,6 +77,10 @@ mod tests {
         check("agent_idle_timeout", 7);
         check("stdout_line_too_long", 8);
         check("invalid_session_id", 8);
+        check("unsupported_protocol_version", 8);
+        check("invalid_response", 8);
+        check("refusal", 6);
+        check("max_tokens", 6);
     }
 
     #[test]

@@ -349,3 +349,20 @@ async fn check_protocol_acp_reports_conformance() {
         .await;
     assert_eq!(out.code, 3, "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_protocol_version_is_a_protocol_violation_exit_8() {
+    let host = Host::new();
+    acp_agents(&host, &[("v2", "acp-fixture", Some("protocol-v2"))]);
+    let out = host.run(&["chat", "--agent", "v2", "--jsonl", "x"]).await;
+    check(&out, 8, &[]);
+    let record = result_record(&out);
+    assert_eq!(record["error"]["code"], "unsupported_protocol_version");
+    // The user message was stored before the agent was started; no session id was learnt.
+    let detail = host
+        .thread(record["thread_id"].as_str().expect("thread"))
+        .await;
+    assert_eq!(detail["runs"][0]["status"], "failed");
+    assert_eq!(detail["messages"][0]["content"], "x");
+    assert_eq!(detail["thread"]["session_id"], Value::Null);
+}
