@@ -366,3 +366,30 @@ async fn an_unsupported_protocol_version_is_a_protocol_violation_exit_8() {
     assert_eq!(detail["messages"][0]["content"], "x");
     assert_eq!(detail["thread"]["session_id"], Value::Null);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_acp_agent_times_out_with_exit_7() {
+    let host = Host::new();
+    acp_agents(&host, &[("waits", "acp-fixture", Some("wait-cancel"))]);
+    // The fixture waits for session/cancel forever after "waiting for cancel".
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "waits",
+            "--idle-timeout",
+            "1s",
+            "--jsonl",
+            "cancel me",
+        ])
+        .await;
+    check(
+        &out,
+        7,
+        &[
+            ("session_started", "sess-1"),
+            ("text_delta", "waiting for cancel"),
+        ],
+    );
+    assert_eq!(result_record(&out)["error"]["code"], "agent_idle_timeout");
+}
