@@ -50,7 +50,7 @@ pub enum InputError {
     /// No text and no image.
     #[error("empty message")]
     Empty,
-    /// The line was longer than the input line limit (4 MiB).
+    /// The line was longer than the input line limit (32 MiB).
     #[error("input line too long")]
     TooLong,
 }

@@ -68,6 +68,8 @@ SESSIONS:
     ~/.local/state/awp-agent/sessions: directory 0700 (refused if group/other accessible), one file
     <id>.json per session, 0600, replaced atomically (temp file in the same directory, fsync, rename).
     Bounded: the newest 100 messages and at most 4 MiB per file; the oldest messages are dropped first.
+    Input lines: at most 32 MiB each (attachments are base64 inside the line); a longer line ends its
+    turn with input_line_too_long.
     New ids are awp-<32 hex digits> (128 random bits). The whole stored history goes to the provider
     every turn, so a resumed session really continues.
 
@@ -85,8 +87,10 @@ NOT BUILT:
     implemented: this agent advertises no tools.
 ";
 
-/// Input line limit in bytes (the protocol's 4 MiB line limit, applied to stdin too).
-const MAX_INPUT_LINE_BYTES: usize = agentwire_jsonl::DEFAULT_MAX_LINE_BYTES;
+/// Input line limit in bytes: 32 MiB (33 554 432). The protocol bounds stdout lines at 4 MiB; stdin lines carry
+/// base64 attachments (awp-host accepts files up to 10 MiB, about 13.4 MiB once encoded), so the input bound is
+/// larger. A longer line ends its turn with `input_line_too_long` and the agent keeps reading.
+const MAX_INPUT_LINE_BYTES: usize = 32 * 1024 * 1024;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();

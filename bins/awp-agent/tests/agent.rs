@@ -574,7 +574,8 @@ async fn stop_ladder_ends_an_idle_agent_at_stdin_eof() {
 
 #[tokio::test]
 async fn input_line_limit_at_the_limit_and_one_past() {
-    const LIMIT: usize = 4 * 1024 * 1024;
+    // The agent's documented input line limit (32 MiB: a 10 MiB attachment is about 13.4 MiB in base64).
+    const LIMIT: usize = 32 * 1024 * 1024;
     let tmp = tempfile::tempdir().expect("tempdir");
     let env = session_env(tmp.path());
     let mut agent = Agent::spawn(&[], &env_refs(&env));
