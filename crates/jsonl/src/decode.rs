@@ -7,8 +7,8 @@ use crate::error::ParseError;
 
 /// Default for [`Limits::max_line_bytes`]: 4 MiB (4 194 304 bytes).
 ///
-/// Source: AWP agent CLI protocol, "an unbroken stdout buffer over 4 MiB terminates the runtime"
-/// (`stdout_line_too_long`); DESIGN.md invariant 1.
+/// Source: the AWP agent CLI protocol (`agent-cli-protocol.md`, section "Output JSONL"): "an unbroken stdout
+/// buffer over 4 MiB terminates the runtime"; invariant 1 of this repository's `docs/architecture.md`.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 
 /// Default for [`Limits::max_preview_bytes`]: 256 bytes.
@@ -25,6 +25,8 @@ pub struct Limits {
     /// Default [`DEFAULT_MAX_LINE_BYTES`] (4 MiB).
     /// On overflow the decoder yields exactly one [`Frame::TooLong`] for the line, discards its bytes
     /// through the next `\n` (or EOF) without buffering them, and then decodes the following lines normally.
+    /// A blank line (only spaces, tabs and `\r`) yields no frame whatever its length: past the limit it is
+    /// discarded the same way (the decoder only remembers whether every byte so far was blank) and then skipped.
     /// The decoder never holds more than `max_line_bytes + 1` bytes of one line in the buffer
     /// (plus whatever a single read appended).
     pub max_line_bytes: usize,
@@ -46,7 +48,7 @@ impl Default for Limits {
 
 /// One item of a JSON Lines stream.
 ///
-/// Blank lines (empty, or only spaces, tabs and `\r`) produce no frame.
+/// Blank lines (empty, or only spaces, tabs and `\r`) produce no frame, whatever their length.
 /// Nothing a peer sends makes the decoder fail: every line becomes exactly one frame or is skipped as blank.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,16 +62,18 @@ pub enum Frame {
     /// They are valid UTF-8 and hold exactly one JSON value by the grammar of RFC 8259 (whitespace around it
     /// allowed), unless the decoder was built with [`JsonlDecoder::framing_only`].
     /// Grammar only: a typed parse ([`Frame::parse`]) can still reject what the grammar allows — numbers
-    /// outside `f64` such as `1e400`, lone surrogate escapes such as `"\ud800"`, nesting deeper than 128
-    /// (validation itself does not recurse, so deep nesting cannot overflow the stack).
+    /// outside `f64` such as `1e400`, lone surrogate escapes such as `"\ud800"`, and nesting of 128 or more
+    /// arrays/objects (serde_json's recursion limit: 127 levels parse, 128 fail with "recursion limit exceeded").
+    /// Validation itself does not recurse, so deep nesting cannot overflow the stack.
     Json(Bytes),
     /// A non-blank line that is not one JSON value: a banner, log text, invalid UTF-8, trailing garbage,
     /// or JSON truncated by EOF. Never fatal; the next line decodes normally.
     Invalid(InvalidLine),
-    /// A line longer than [`Limits::max_line_bytes`]. Yielded once per over-long line, after its bytes
-    /// were discarded through the next `\n` (or EOF).
+    /// A non-blank line longer than [`Limits::max_line_bytes`]. Yielded once per over-long line, after its
+    /// bytes were discarded through the next `\n` (or EOF).
     TooLong {
-        /// Length of the discarded line in bytes, not counting its `\n` / `\r\n` terminator.
+        /// Length of the discarded line in bytes, not counting its `\n` / `\r\n` terminator — measured like
+        /// [`InvalidLine::len`] (the two names differ for history; both exclude the line ending).
         bytes_discarded: u64,
     },
 }
@@ -114,7 +118,8 @@ pub struct InvalidLine {
     /// [`Limits::max_preview_bytes`] bytes, cut at a char boundary. Not escaped: escape it before printing
     /// it to a terminal.
     pub preview: String,
-    /// Length of the whole line in bytes, not counting its `\n` / `\r\n` terminator.
+    /// Length of the whole line in bytes, not counting its `\n` / `\r\n` terminator — measured like
+    /// [`Frame::TooLong`]'s `bytes_discarded` (both exclude the line ending).
     pub len: usize,
     /// `true` when the line was the final one of the stream and had no `\n` (it was cut by EOF).
     pub unterminated: bool,
@@ -129,6 +134,15 @@ struct Discard {
     bytes: u64,
     /// The last byte dropped was `\r`: if the next byte is `\n`, that `\r` was part of the terminator.
     last_was_cr: bool,
+    /// Every byte dropped so far was blank (space, tab, `\r`): if the line ends so, it yields no frame.
+    blank: bool,
+}
+
+/// Whether every byte is a space, tab or `\r`: the bytes of a blank line.
+fn is_blank(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .all(|&byte| matches!(byte, b' ' | b'\t' | b'\r'))
 }
 
 /// The sans-IO JSON Lines decoder.
@@ -137,14 +151,14 @@ struct Discard {
 /// (it needs more bytes), and at EOF call [`decode_eof`](Self::decode_eof) until it returns `None`.
 /// With the `codec` feature it is also a [`tokio_util::codec::Decoder`] (use it with `FramedRead`).
 ///
-/// Rules (DESIGN.md invariant 1):
+/// Rules (invariant 1 of this repository's `docs/architecture.md`):
 /// - Lines are split only on `\n`; one `\r` before it is part of the terminator.
 ///   U+2028/U+2029 and lone `\r` are ordinary bytes.
-/// - Blank lines (empty, or only spaces, tabs and `\r`) are skipped.
+/// - Blank lines (empty, or only spaces, tabs and `\r`) are skipped, whatever their length.
 /// - Each byte is scanned for `\n` once: the decoder remembers where its search stopped, so decoding is
 ///   linear in the input however it is split.
-/// - A line over [`Limits::max_line_bytes`] is reported as one [`Frame::TooLong`] and never buffered
-///   beyond `max_line_bytes + 1` bytes.
+/// - A non-blank line over [`Limits::max_line_bytes`] is reported as one [`Frame::TooLong`]; no line is
+///   buffered beyond `max_line_bytes + 1` bytes.
 /// - Lines are validated as JSON with serde_json (into `IgnoredAny`, no allocation per value) after a UTF-8 check.
 #[derive(Clone, Debug)]
 pub struct JsonlDecoder {
@@ -194,6 +208,9 @@ impl JsonlDecoder {
     /// [`Frame::TooLong`] is yielded only once the line ends; a shell that must react as soon as the
     /// limit is crossed (AWP terminates the runtime on an unbroken stdout buffer over 4 MiB) checks this
     /// after `decode` returns `None`.
+    ///
+    /// An over-long *blank* line counts here too while it streams in (whether it is blank is known only at its
+    /// end); it then ends with no frame instead of a [`Frame::TooLong`].
     pub fn discarding_bytes(&self) -> Option<u64> {
         self.discard.map(|discard| discard.bytes)
     }
@@ -207,6 +224,7 @@ impl JsonlDecoder {
             if let Some(discard) = self.discard.as_mut() {
                 let Some(newline) = memchr::memchr(b'\n', buf) else {
                     discard.bytes += buf.len() as u64;
+                    discard.blank = discard.blank && is_blank(buf);
                     if let Some(&last) = buf.last() {
                         discard.last_was_cr = last == b'\r';
                     }
@@ -219,9 +237,13 @@ impl JsonlDecoder {
                     None => discard.last_was_cr,
                 };
                 let bytes_discarded = discard.bytes + newline as u64 - u64::from(ends_with_cr);
+                let blank = discard.blank && buf.get(..newline).is_some_and(is_blank);
                 buf.advance(newline + 1);
                 self.discard = None;
                 self.next_index = 0;
+                if blank {
+                    continue; // a blank line yields no frame, however long
+                }
                 return Some(Frame::TooLong { bytes_discarded });
             }
 
@@ -253,6 +275,7 @@ impl JsonlDecoder {
                         self.discard = Some(Discard {
                             bytes: buf.len() as u64,
                             last_was_cr: ends_with_cr,
+                            blank: is_blank(buf),
                         });
                         buf.clear();
                         self.next_index = 0;
@@ -278,6 +301,9 @@ impl JsonlDecoder {
         self.next_index = 0;
         if let Some(discard) = self.discard.take() {
             buf.clear();
+            if discard.blank {
+                return None;
+            }
             return Some(Frame::TooLong {
                 bytes_discarded: discard.bytes - u64::from(discard.last_was_cr),
             });
@@ -293,16 +319,13 @@ impl JsonlDecoder {
     /// Turns one line (terminator removed) into a frame; `None` for a blank line.
     fn classify(&self, line: BytesMut, unterminated: bool) -> Option<Frame> {
         let len = line.len();
+        if is_blank(&line) {
+            return None; // blank lines yield no frame, whatever their length
+        }
         if len > self.limits.max_line_bytes {
             return Some(Frame::TooLong {
                 bytes_discarded: len as u64,
             });
-        }
-        if line
-            .iter()
-            .all(|&byte| matches!(byte, b' ' | b'\t' | b'\r'))
-        {
-            return None;
         }
         if !self.validate_json {
             return Some(Frame::Json(line.freeze()));
@@ -574,8 +597,24 @@ mod tests {
     }
 
     #[test]
-    fn over_long_whitespace_line_is_too_long() {
-        check(limits(3), b"     \n1\n", &[too_long(5), json("1")]);
+    fn whitespace_only_lines_at_the_limit_and_past_it_are_skipped() {
+        // At the limit (3), one past it, and far past it: no frame, and the next line decodes.
+        for blank in ["   ", " \t ", "    ", " \t\r ", "          "] {
+            for ending in ["\n", "\r\n"] {
+                let input = format!("{blank}{ending}1\n");
+                check(limits(3), input.as_bytes(), &[json("1")]);
+            }
+            // The final line, cut by EOF.
+            let input = format!("1\n{blank}");
+            check(limits(3), input.as_bytes(), &[json("1")]);
+        }
+        // One non-blank byte anywhere in an over-long line makes it too long.
+        check(limits(3), b"  x \n1\n", &[too_long(4), json("1")]);
+        check(limits(3), b"    x\n1\n", &[too_long(5), json("1")]);
+        check(limits(3), b"x    \n1\n", &[too_long(5), json("1")]);
+        check(limits(3), b"     x", &[too_long(6)]);
+        // A blank line at the limit with a non-blank one past it.
+        check(limits(3), b"   \n    x\n", &[too_long(5)]);
     }
 
     #[test]
@@ -637,6 +676,38 @@ mod tests {
         let error = frame.parse::<serde_json::Value>().unwrap_err();
         assert!(error.to_string().contains("recursion limit"), "{error}");
         assert!(matches!(decoder.decode(&mut buf), Some(Frame::Invalid(_))));
+    }
+
+    #[test]
+    fn nesting_of_127_parses_and_128_hits_serde_jsons_recursion_limit() {
+        let nested = |depth: usize| json(&format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
+        assert!(nested(127).parse::<serde_json::Value>().is_ok());
+        let error = nested(128).parse::<serde_json::Value>().unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
+        // The decoder itself accepts both as JSON: the limit belongs to the typed parse only.
+        for depth in [127, 128] {
+            let line = format!(
+                "{}{{}}{}\n",
+                "{\"a\":".repeat(depth - 1),
+                "}".repeat(depth - 1)
+            );
+            let mut buf = BytesMut::from(line.as_bytes());
+            let frame = JsonlDecoder::default().decode(&mut buf);
+            assert_eq!(frame.as_ref().map(Frame::kind), Some("json"), "{depth}");
+            let parsed = frame.unwrap().parse::<serde_json::Value>();
+            assert_eq!(parsed.is_ok(), depth == 127, "{depth}");
+        }
+    }
+
+    #[test]
+    fn over_long_blank_line_counts_as_discarding_then_yields_no_frame() {
+        let mut decoder = JsonlDecoder::new(limits(4));
+        let mut buf = BytesMut::from(&b" \t \r "[..]);
+        assert_eq!(decoder.decode(&mut buf), None);
+        assert_eq!(decoder.discarding_bytes(), Some(5));
+        buf.extend_from_slice(b"  \r\n7\n");
+        assert_eq!(decoder.decode(&mut buf), Some(json("7")));
+        assert_eq!(decoder.discarding_bytes(), None);
     }
 
     #[test]

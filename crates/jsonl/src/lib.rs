@@ -10,14 +10,16 @@
 //! feature (on by default) implements [`tokio_util::codec::Decoder`]/`Encoder` so `FramedRead`/`FramedWrite`
 //! can drive it. There is no clock, no task and no file descriptor in this crate.
 //!
-//! # Guarantees (DESIGN.md invariant 1)
+//! # Guarantees (invariant 1 of this repository's `docs/architecture.md`)
 //!
 //! - **Bounded.** No allocation on a peer's say-so: at most `max_line_bytes + 1` bytes of a line are held
 //!   (plus the last read chunk); an over-long line is dropped as it streams in and reported once.
-//!   Source: AWP agent CLI protocol, "an unbroken stdout buffer over 4 MiB terminates the runtime".
+//!   Source: the AWP agent CLI protocol (`agent-cli-protocol.md`, section "Output JSONL": "an unbroken stdout
+//!   buffer over 4 MiB terminates the runtime").
 //! - **Never fatal.** No peer input makes decoding fail or panic; every non-blank line is one frame.
 //! - **Split only on `\n`.** `\r\n` is accepted (the `\r` is part of the terminator and does not count toward
-//!   the limit); U+2028/U+2029 are ordinary characters; blank and whitespace-only lines are skipped.
+//!   the limit); U+2028/U+2029 are ordinary characters; blank and whitespace-only lines are skipped, however
+//!   long (an over-long one is discarded without buffering, like any over-long line, and yields no frame).
 //! - **EOF is explicit.** A final line without `\n` is still returned; if it is not JSON (truncated) it is a
 //!   [`Frame::Invalid`] with `unterminated: true`, never silently dropped.
 //! - **Linear time.** Every byte is searched for `\n` once, however the input is split; any split of the

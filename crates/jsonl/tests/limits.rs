@@ -86,3 +86,33 @@ fn one_mib_line_fed_byte_by_byte_decodes() {
     let frames = decode_chunks(JsonlDecoder::new(Limits::default()), input.chunks(1));
     assert_eq!(frames, [Frame::Json(bytes::Bytes::from(line))]);
 }
+
+#[test]
+fn whitespace_only_line_of_any_length_yields_no_frame() {
+    let after = Frame::Json(bytes::Bytes::from_static(b"{\"after\":true}"));
+    // At the default limit, one past it, and 5 MiB (the user report): skipped, then decoding resumes.
+    for len in [
+        DEFAULT_MAX_LINE_BYTES,
+        DEFAULT_MAX_LINE_BYTES + 1,
+        5 * 1024 * 1024,
+    ] {
+        for ending in [&b"\n"[..], b"\r\n"] {
+            let mut input = vec![b' '; len];
+            input.extend_from_slice(ending);
+            input.extend_from_slice(b"{\"after\":true}\n");
+            check(Limits::default(), &input, std::slice::from_ref(&after));
+        }
+        // Cut by EOF.
+        check(Limits::default(), &vec![b'\t'; len], &[]);
+    }
+    // One non-blank byte at the very end of 5 MiB of spaces: the line is too long.
+    let mut input = vec![b' '; 5 * 1024 * 1024];
+    input.extend_from_slice(b"x\n");
+    check(
+        Limits::default(),
+        &input,
+        &[Frame::TooLong {
+            bytes_discarded: 5 * 1024 * 1024 + 1,
+        }],
+    );
+}

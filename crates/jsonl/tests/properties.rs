@@ -25,6 +25,7 @@ fn piece() -> impl Strategy<Value = Vec<u8>> {
         Just(b"\xe2\x82".to_vec()),
         Just("é€".as_bytes().to_vec()),
         (0usize..80).prop_map(|len| vec![b'x'; len]),
+        (0usize..80).prop_map(|len| vec![b' '; len]),
         (0usize..80).prop_map(|len| format!("\"{}\"", "y".repeat(len)).into_bytes()),
     ]
 }

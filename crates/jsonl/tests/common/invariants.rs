@@ -44,12 +44,12 @@ pub fn reference(limits: &Limits, input: &[u8], validate_json: bool) -> Vec<Fram
         .chain([(last, true)]);
     for (line, unterminated) in lines {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.len() > limits.max_line_bytes {
+        if line.iter().all(|byte| b" \t\r".contains(byte)) {
+            continue; // blank, whatever its length
+        } else if line.len() > limits.max_line_bytes {
             frames.push(Frame::TooLong {
                 bytes_discarded: line.len() as u64,
             });
-        } else if line.iter().all(|byte| b" \t\r".contains(byte)) {
-            continue;
         } else if !validate_json || is_one_json_value(line) {
             frames.push(Frame::Json(Bytes::copy_from_slice(line)));
         } else {
