@@ -27,9 +27,10 @@ use crate::message::{
 /// Default for [`Config::max_line_bytes`]: 64 MiB.
 ///
 /// Larger than agentwire-jsonl's 4 MiB default on purpose: JSON-RPC peers (ACP agents) send whole files and tool
-/// outputs in one message; a 20 MB `tool_call_update` line has been seen in the wild, and a 16 MiB cap made
-/// `session/load` replay fail for one ACP client (protocols/acp.md, "Hazards"). 64 MiB keeps a 3x margin over the
-/// largest line observed while still bounding what one peer can make us buffer.
+/// outputs in one message (ACP `tool_call_update` content and the history replayed by `session/load`, see
+/// <https://agentclientprotocol.com/protocol/tool-calls> and <https://agentclientprotocol.com/protocol/session-setup>),
+/// and lines of tens of megabytes occur. 64 MiB leaves a wide margin for those while still bounding what one peer
+/// can make us buffer (`docs/architecture.md` in this repository describes the layers).
 pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// The method of the cancellation notification, in both directions: `{"requestId": <id>}`.
@@ -106,7 +107,8 @@ pub struct Stats {
     /// Lines that are not JSON, answered with -32700 and `"id": null`.
     pub invalid_lines: u64,
     /// JSON lines that are not valid JSON-RPC 2.0 messages (batches excluded), answered with -32600 unless
-    /// response-like.
+    /// response-like. Includes valid JSON that cannot be read (a lone surrogate escape, nesting deeper than 128)
+    /// and `$/cancel_request` sent as a request (with an id).
     pub invalid_messages: u64,
     /// Batches (JSON arrays), answered with one -32600 and `"id": null`.
     pub batches_rejected: u64,
@@ -852,6 +854,16 @@ impl Reader {
     }
 
     fn accept_request(&self, request: Request) -> Route {
+        if request.method == crate::CANCEL_REQUEST_METHOD {
+            // `$/cancel_request` is a notification (LSP, ACP); with an id it is not acted on, but answered.
+            bump(&self.shared.counters.invalid_messages);
+            tracing::warn!(id = %request.id, "json-rpc $/cancel_request sent as a request; rejected");
+            let error =
+                ErrorObject::invalid_request("invalid request").with_data(serde_json::json!({
+                    "reason": "$/cancel_request is a notification and must not carry an id"
+                }));
+            return answer(&Response::error(Some(request.id), error));
+        }
         let cancel = CancellationToken::new();
         {
             let mut state = self.shared.lock();
@@ -973,6 +985,16 @@ impl Reader {
             bump(&counters.invalid_messages);
         }
         tracing::warn!(%preview, reason = %invalid.reason, "json-rpc invalid input");
+        if invalid.ambiguous
+            && let Some(RequestId::Number(number)) = &invalid.id
+        {
+            // Maybe a broken answer to one of our calls: fail that call (if pending) rather than leave it
+            // hanging; it is also answered below as the broken request it may be.
+            let waiter = self.shared.lock().pending.remove(number);
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(Err(CallError::InvalidResponse(invalid.reason.clone())));
+            }
+        }
         if invalid.response_like {
             if let Some(id) = &invalid.id {
                 // A broken answer to one of our calls fails that call instead of leaving it hanging.

@@ -15,6 +15,11 @@ use crate::message::{ErrorObject, Notification, Request, RequestId, ResponseRef}
 /// Drain it: while its queue ([`Config::incoming_queue`](crate::Config::incoming_queue)) is full the reader stops
 /// reading, and responses to our own calls wait behind it. `$/cancel_request` notifications are not delivered here:
 /// they mark the matching [`IncomingRequest`] cancelled.
+///
+/// Dropping it does not close the connection while [`Connection`](crate::Connection) handles remain: calls still
+/// work, notifications from the peer are dropped, and every request from the peer is answered at once with
+/// `-32603 "request dropped without a response"` (counted in
+/// [`Stats::dropped_responders`](crate::Stats::dropped_responders)).
 #[derive(Debug)]
 pub struct Incoming {
     rx: mpsc::Receiver<IncomingMessage>,

@@ -20,10 +20,13 @@
 //!   [`Connection::cancel`] resolves our call with [`CallError::Cancelled`] and tells the peer;
 //!   a peer's cancel marks the [`IncomingRequest`] ([`IncomingRequest::is_cancelled`] / `cancelled().await`), which
 //!   must still be answered (a result, or -32800 [`ErrorObject::request_cancelled`]).
+//!   `$/cancel_request` is a notification; sent as a request (with an id) it is not acted on and is answered -32600.
 //! - **Every request is answered once.** Dropping an [`IncomingRequest`] unanswered answers -32603.
 //! - **Bad input is answered, counted, and survived:** a line that is not JSON gets -32700 with `"id": null`; JSON
-//!   that is not a valid message gets -32600 (with its id when readable); a response-shaped invalid message is never
-//!   answered (two peers could otherwise exchange errors forever) but fails the call it names, if any.
+//!   that is not a valid message gets -32600 (with its id when readable), also valid JSON we cannot hold (a lone
+//!   surrogate escape, nesting deeper than 128); a response-shaped invalid message is never answered (two peers
+//!   could otherwise exchange errors forever) but fails the call it names, if any; a message with both `method`
+//!   and `result`/`error` is answered -32600 and also fails our pending call with its id, if any.
 //! - **No batches.** A JSON array gets one -32600 with `"id": null`. ACP and the other protocols agentwire speaks
 //!   never batch, and supporting batches would mean buffering a whole batch's answers before writing any.
 //! - **Bounded everywhere** ([`Config`]): line length (64 MiB default, see [`DEFAULT_MAX_LINE_BYTES`]), pending

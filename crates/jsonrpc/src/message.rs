@@ -19,8 +19,11 @@ pub const JSONRPC_VERSION: &str = "2.0";
 /// JSON: `1` or `"req-1"`.
 /// `null` is not a `RequestId`: it appears only as the id of a response to a message whose id could not be read
 /// (see [`Response::id`]).
-/// Fractional numbers and integers outside the `i64` range are rejected (the spec says ids SHOULD NOT contain
-/// fractional parts; we make it a MUST so that ids compare exactly).
+/// Only integers written as plain JSON integers in the `i64` range are accepted as numbers: fractions (`1.5`),
+/// exponent forms (`1e2`, even when integral), `-0` and integers outside the `i64` range are rejected with
+/// -32600 and the reason "request id must be an integer in the i64 range or a string" (spec section 4 says
+/// numbers SHOULD NOT contain fractional parts; we make it a MUST so that ids compare exactly, and `-0` is
+/// rejected rather than read as `0` because a peer comparing ids by their text would not match `0` to it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RequestId {
     /// `1`
@@ -72,7 +75,7 @@ impl<'de> Deserialize<'de> for RequestId {
         impl Visitor<'_> for IdVisitor {
             type Value = RequestId;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an integer or a string request id")
+                f.write_str(ID_RULE)
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<RequestId, E> {
                 Ok(RequestId::Number(v))
@@ -80,10 +83,11 @@ impl<'de> Deserialize<'de> for RequestId {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<RequestId, E> {
                 i64::try_from(v)
                     .map(RequestId::Number)
-                    .map_err(|_| E::custom("request id out of the i64 range"))
+                    .map_err(|_| E::custom(ID_RULE))
             }
+            // serde_json reads fractions, exponent forms and `-0` as floats.
             fn visit_f64<E: de::Error>(self, _: f64) -> Result<RequestId, E> {
-                Err(E::custom("request id must not be fractional"))
+                Err(E::custom(ID_RULE))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<RequestId, E> {
                 Ok(RequestId::String(v.to_owned()))
@@ -95,6 +99,10 @@ impl<'de> Deserialize<'de> for RequestId {
         deserializer.deserialize_any(IdVisitor)
     }
 }
+
+/// Why a request id was rejected.
+const ID_RULE: &str =
+    "request id must be an integer in the i64 range (no fraction, exponent or -0) or a string";
 
 /// A JSON-RPC error code. Open: any `i32` round-trips, the constants name the ones we act on.
 ///
@@ -324,6 +332,10 @@ pub struct InvalidMessage {
     pub response_like: bool,
     /// `true` for a batch (a JSON array). Batches are not supported (see the crate docs).
     pub batch: bool,
+    /// `true` when the message has a `method` and also `result` or `error`: a broken request or a broken
+    /// response. It is answered as an invalid request, and a [`Connection`](crate::Connection) also fails its own
+    /// pending call with this id, if any, with [`CallError::InvalidResponse`](crate::CallError::InvalidResponse).
+    pub ambiguous: bool,
     /// What is wrong, lowercase.
     pub reason: String,
 }
@@ -409,12 +421,14 @@ impl Envelope<'_> {
     fn validate(self) -> Result<Message, InvalidMessage> {
         let response_like =
             self.method.is_none() && (self.result.is_some() || self.error.is_some());
+        let ambiguous = self.method.is_some() && (self.result.is_some() || self.error.is_some());
         // The id is cloned only on the error paths.
         let invalid = |id: Option<&RequestId>, reason: &str| InvalidMessage {
             code: ErrorCode::INVALID_REQUEST,
             id: id.cloned(),
             response_like,
             batch: false,
+            ambiguous,
             reason: reason.to_owned(),
         };
         let id = self.id;
@@ -484,15 +498,7 @@ fn diagnose(text: &[u8], error: Option<&serde_json::Error>) -> InvalidMessage {
     let first = text.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let value: Value = match serde_json::from_slice(text) {
         Ok(value) => value,
-        Err(parse) => {
-            return InvalidMessage {
-                code: ErrorCode::PARSE_ERROR,
-                id: None,
-                response_like: false,
-                batch: false,
-                reason: lowercase_first(&parse.to_string()),
-            };
-        }
+        Err(parse) => return diagnose_unreadable(text, &parse),
     };
     if first == Some(b'[') {
         return InvalidMessage {
@@ -500,6 +506,7 @@ fn diagnose(text: &[u8], error: Option<&serde_json::Error>) -> InvalidMessage {
             id: None,
             response_like: false,
             batch: true,
+            ambiguous: false,
             reason: "batch requests are not supported".to_owned(),
         };
     }
@@ -509,17 +516,18 @@ fn diagnose(text: &[u8], error: Option<&serde_json::Error>) -> InvalidMessage {
             id: None,
             response_like: false,
             batch: false,
+            ambiguous: false,
             reason: "a message must be a json object".to_owned(),
         };
     };
     let id = map.get("id").and_then(|id| RequestId::deserialize(id).ok());
-    let response_like =
-        !map.contains_key("method") && (map.contains_key("result") || map.contains_key("error"));
+    let answer_like = map.contains_key("result") || map.contains_key("error");
     InvalidMessage {
         code: ErrorCode::INVALID_REQUEST,
         id,
-        response_like,
+        response_like: !map.contains_key("method") && answer_like,
         batch: false,
+        ambiguous: map.contains_key("method") && answer_like,
         reason: error.map_or_else(
             || "invalid request".to_owned(),
             |e| lowercase_first(&e.to_string()),
@@ -527,11 +535,61 @@ fn diagnose(text: &[u8], error: Option<&serde_json::Error>) -> InvalidMessage {
     }
 }
 
+/// The members of a message that decide how it is answered, read without building values: skipping a value
+/// (`IgnoredAny`) has no nesting limit and does not decode strings.
+#[derive(Deserialize)]
+struct Probe {
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<de::IgnoredAny>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<de::IgnoredAny>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<de::IgnoredAny>,
+}
+
+/// Text that `Value` cannot hold. When it is still valid JSON grammar (a lone surrogate escape such as
+/// `"\ud800"`, or nesting past serde_json's recursion limit of 128) it is an invalid request (-32600), with its id
+/// when readable; otherwise it is not JSON (-32700).
+fn diagnose_unreadable(text: &[u8], parse: &serde_json::Error) -> InvalidMessage {
+    let reason = lowercase_first(&parse.to_string());
+    if serde_json::from_slice::<de::IgnoredAny>(text).is_err() {
+        return InvalidMessage {
+            code: ErrorCode::PARSE_ERROR,
+            id: None,
+            response_like: false,
+            batch: false,
+            ambiguous: false,
+            reason,
+        };
+    }
+    let probe = serde_json::from_slice::<Probe>(text).ok();
+    let has = |member: fn(&Probe) -> bool| probe.as_ref().is_some_and(member);
+    let answer_like = has(|p| p.result.is_some() || p.error.is_some());
+    let batch = text.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    InvalidMessage {
+        code: ErrorCode::INVALID_REQUEST,
+        id: probe.as_ref().and_then(|p| p.id.clone()),
+        response_like: !batch && !has(|p| p.method.is_some()) && answer_like,
+        batch,
+        ambiguous: has(|p| p.method.is_some()) && answer_like,
+        reason: if batch {
+            "batch requests are not supported".to_owned()
+        } else {
+            format!("valid json that cannot be read as a message: {reason}")
+        },
+    }
+}
+
+/// Lowercases the first letter of an error text from serde_json, unless it starts an acronym (`EOF while…`).
 fn lowercase_first(s: &str) -> String {
     let mut chars = s.chars();
-    match chars.next() {
-        Some(c) => c.to_lowercase().chain(chars).collect(),
-        None => String::new(),
+    match (chars.next(), chars.next()) {
+        (Some(first), second) if !second.is_some_and(char::is_uppercase) => {
+            first.to_lowercase().chain(s.chars().skip(1)).collect()
+        }
+        _ => s.to_owned(),
     }
 }
 
@@ -780,6 +838,76 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":1,"params":{}}"#,
             Err((-32600, id1, false)),
         );
+    }
+
+    /// Parses `input`, expecting it to be rejected with `code` and a reason starting with `reason`.
+    fn check_reason(input: &str, code: ErrorCode, reason: &str) {
+        let invalid = Message::from_slice(input.as_bytes()).unwrap_err();
+        assert_eq!(invalid.code, code, "input {input}");
+        assert!(
+            invalid.reason.starts_with(reason),
+            "input {input}: reason {:?}",
+            invalid.reason
+        );
+    }
+
+    #[test]
+    fn request_ids_in_exponent_fraction_or_negative_zero_form_are_rejected_with_an_accurate_reason()
+    {
+        for id in ["-0", "1e2", "1.0", "1.5", "-0.0", "9223372036854775808"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
+            check_reason(&line, ErrorCode::INVALID_REQUEST, ID_RULE);
+            check(&line, Err((-32600, None, true)));
+        }
+        assert_eq!(
+            ID_RULE,
+            "request id must be an integer in the i64 range (no fraction, exponent or -0) or a string"
+        );
+        check(
+            r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"m"}"#,
+            Ok(json!({"jsonrpc":"2.0","id":i64::MIN,"method":"m"})),
+        );
+    }
+
+    #[test]
+    fn parse_error_reasons_keep_acronyms_and_lowercase_words() {
+        check_reason(
+            r#"{"a":""#,
+            ErrorCode::PARSE_ERROR,
+            "EOF while parsing a string",
+        );
+        check_reason("nope", ErrorCode::PARSE_ERROR, "expected ident");
+        assert_eq!(lowercase_first("Invalid type"), "invalid type");
+        assert_eq!(lowercase_first("EOF while"), "EOF while");
+        assert_eq!(lowercase_first("X"), "x");
+        assert_eq!(lowercase_first(""), "");
+    }
+
+    #[test]
+    fn valid_json_that_cannot_be_held_is_an_invalid_request() {
+        check(
+            r#"{"jsonrpc":"2.0","id":"\ud800","method":"m"}"#,
+            Err((-32600, None, true)),
+        );
+        let nest = |inner: &str| format!("{}{inner}{}", "[".repeat(300), "]".repeat(300));
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"m","params":{}}}"#,
+            nest("")
+        );
+        check(&deep, Err((-32600, Some(RequestId::Number(7)), true)));
+        check_reason(
+            &deep,
+            ErrorCode::INVALID_REQUEST,
+            "valid json that cannot be read as a message: recursion limit exceeded",
+        );
+        let deep_result = format!(r#"{{"jsonrpc":"2.0","id":7,"result":{}}}"#, nest(""));
+        check(
+            &deep_result,
+            Err((-32600, Some(RequestId::Number(7)), false)),
+        );
+        check(&nest(""), Err((-32600, None, true)));
+        // Broken grammar stays a parse error.
+        check(r#"{"id":"\ud8"}"#, Err((-32700, None, true)));
     }
 
     #[test]

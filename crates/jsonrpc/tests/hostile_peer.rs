@@ -456,3 +456,81 @@ async fn what_we_write_is_strict_json_rpc() {
     );
     assert!(matches!(within(&mut call).await, Err(CallError::Cancelled)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_json_that_cannot_be_read_is_an_invalid_request_not_a_parse_error() {
+    let ((connection, incoming), mut peer) = RawPeer::pair(Config::default());
+    let (_server, _seen) = serve(incoming);
+    let mut s = 0;
+    // A lone surrogate escape is valid JSON grammar (RFC 8259 section 8.2) that no Rust string can hold.
+    check(
+        &mut peer,
+        &mut s,
+        br#"{"jsonrpc":"2.0","id":"\ud800","method":"m"}"#,
+        error(json!(null), -32600, "invalid request"),
+    )
+    .await;
+    // Nesting past serde_json's recursion limit: the id is still recovered.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"m","params":{}{}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    check(
+        &mut peer,
+        &mut s,
+        deep.as_bytes(),
+        error(json!(7), -32600, "invalid request"),
+    )
+    .await;
+    let stats = connection.stats();
+    assert_eq!((stats.invalid_lines, stats.invalid_messages), (0, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_sent_as_a_request_is_rejected_not_delivered() {
+    let ((connection, incoming), mut peer) = RawPeer::pair(Config::default());
+    // `serve` would answer a delivered request with -32601; -32600 proves the connection answered it.
+    let (_server, _seen) = serve(incoming);
+    let mut s = 0;
+    check(
+        &mut peer,
+        &mut s,
+        br#"{"jsonrpc":"2.0","id":9,"method":"$/cancel_request","params":{"requestId":1}}"#,
+        error(json!(9), -32600, "invalid request"),
+    )
+    .await;
+    let stats = connection.stats();
+    assert_eq!(
+        (
+            stats.invalid_messages,
+            stats.cancel_requests_received,
+            stats.cancel_requests_unmatched
+        ),
+        (1, 0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_carrying_a_method_fails_our_pending_call() {
+    let ((connection, _incoming), mut peer) = RawPeer::pair(Config::default());
+    let call = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.call("m", None).await }
+    });
+    let id = peer.recv().await["id"].clone();
+    peer.send(&json!({"jsonrpc":"2.0","id": id, "method": "m", "result": 1}).to_string())
+        .await;
+    let error = within(call).await.unwrap().unwrap_err();
+    assert!(matches!(error, CallError::InvalidResponse(_)), "{error:?}");
+    // It is also answered, as the broken request it may be.
+    assert_eq!(
+        strip_data(peer.recv().await),
+        error_line(id, -32600, "invalid request")
+    );
+    assert_eq!(connection.pending_calls(), 0);
+}
+
+fn error_line(id: Value, code: i32, message: &str) -> Value {
+    error(id, code, message).unwrap_or_default()
+}
