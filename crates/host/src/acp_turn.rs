@@ -355,6 +355,14 @@ impl std::fmt::Debug for AcpRunner {
     }
 }
 
+impl Drop for AcpRunner {
+    /// The session task holds a client handle: ending it lets a dropped runner release the agent process (its
+    /// process group is killed when the last handle goes).
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Capacity, in events, of the channel from the session task to the runner (back-pressure to the agent).
 const EVENT_QUEUE: usize = 256;
 
