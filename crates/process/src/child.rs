@@ -83,7 +83,9 @@ impl ExitStatus {
     }
 
     /// The code as a shell reports it: the exit code, or 128 + the signal number (`SIGKILL` → 137), or -1 when
-    /// the status is unknown. Source: `protocols/cli-driver.md` ("Exit code: `code`, or 128+signal").
+    /// the status is unknown. Source: the shell convention (POSIX Shell Command Language, 2.8.2 "Exit Status for
+    /// Commands": a command ended by a signal reports a status above 128; `sh` uses 128 + n), the form in which the
+    /// agentproto `driver-cli` docs ("exit-code → semantic error mapping") see a CLI's exit.
     pub fn code_or_signal(&self) -> i32 {
         match (self.code, self.signal) {
             (Some(code), _) => code,
@@ -125,7 +127,9 @@ impl fmt::Display for ExitStatus {
 
 /// The stop ladder: (optional final stdin line) → close stdin → grace → SIGTERM to the group → grace → SIGKILL.
 ///
-/// Source: `protocols/awp.md` ("Stop"), DESIGN.md invariant 4. Default: no final line, 5 s, 3 s.
+/// Source: the AWP agent CLI protocol (`agent-cli-protocol.md`, section "Input JSONL": graceful shutdown can arrive
+/// as `{"type":"shutdown"}`, and "the process must also handle ordinary termination"); invariant 4 of this
+/// repository's `docs/architecture.md`. Default: no final line, 5 s, 3 s.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StopPlan {
     /// A line written to stdin before closing it (e.g. `{"type":"shutdown"}`); `\n` is appended. Default none.

@@ -16,7 +16,9 @@ use crate::error::SpawnError;
 /// Windows adds `SYSTEMROOT COMSPEC PATHEXT USERPROFILE APPDATA LOCALAPPDATA TEMP TMP`.
 /// Names in [`ENV_DENYLIST`] (`CLAUDECODE`) never pass through an inherit helper.
 ///
-/// Source: DESIGN.md invariant 6; `protocols/awp.md` ("An inherited `CLAUDECODE=1` makes Claude Code refuse to start").
+/// Source: the AWP agent CLI protocol (`agent-cli-protocol.md`, section "Launch contract": "The child inherits only
+/// a small operating-system environment allowlist plus the exact `AWP_AGENT_CLI_ENV_JSON` entries"); invariant 6 of
+/// this repository's `docs/architecture.md`.
 #[cfg(not(windows))]
 pub const OS_ENV_ALLOWLIST: &[&str] = &[
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "TZ",
@@ -51,8 +53,9 @@ pub const OS_ENV_ALLOWLIST_PREFIXES: &[&str] = &["LC_"];
 
 /// Host variables that no inherit helper ever copies, even when asked for by name.
 ///
-/// `CLAUDECODE=1` is set inside a Claude Code session and makes a nested Claude Code refuse to start
-/// (`protocols/awp.md`, Hazards). An explicit [`Command::env`] entry is still honoured.
+/// `CLAUDECODE=1` is set inside a Claude Code session and makes a nested Claude Code refuse to start (observed
+/// behaviour of the Claude Code CLI, which an agent host run from a Claude Code terminal would otherwise pass on).
+/// An explicit [`Command::env`] entry is still honoured.
 pub const ENV_DENYLIST: &[&str] = &["CLAUDECODE"];
 
 /// How the child's stdout is delivered by [`crate::Stdout`].

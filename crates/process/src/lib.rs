@@ -7,15 +7,18 @@
 //! (via `agentwire-jsonl`), and nothing about AWP, ACP or JSON-RPC. All IO lives here, in tokio tasks; the only
 //! sans-IO piece is the stderr tail ring. Unix is the supported platform (process groups, signals via `rustix`).
 //!
-//! # How it behaves (DESIGN.md invariants 4–6)
+//! # How it behaves (invariants 4–6 of this repository's `docs/architecture.md`)
 //!
 //! - **No shell.** [`Command::new`] takes a program and [`Command::arg`]s; nothing is split, quoted or globbed.
 //!   Clippy forbids `std`/`tokio` `process::Command::new` everywhere else in the workspace.
 //! - **Allowlisted environment.** A [`Command`] starts with an *empty* environment. [`Command::inherit_os_env`]
 //!   copies only [`OS_ENV_ALLOWLIST`] names (PATH, HOME, USER, LANG, `LC_*`, TERM, TMPDIR, …);
 //!   [`Command::inherit_env`] copies named variables; [`Command::env`] sets explicit entries, which always win.
-//!   `CLAUDECODE` ([`ENV_DENYLIST`]) never passes through an inherit helper. `Debug` shows variable names only,
-//!   and arguments added with [`Command::arg_redacted`] as `***`; [`SpawnError`] messages name only the program.
+//!   `CLAUDECODE` ([`ENV_DENYLIST`]) never passes through an inherit helper, and [`Command::env_remove`] wins
+//!   over the inherit helpers in any call order. Names must be non-empty without `=` or NUL, else the spawn
+//!   fails with [`SpawnError::InvalidEnvName`]. `Debug` shows variable names only (an invalid name only up to its
+//!   `=`), and arguments added with [`Command::arg_redacted`] as `***`; [`SpawnError`] messages name only the
+//!   program (and the working directory or a redacted variable name where that is the fault).
 //! - **Own process group.** The child is spawned with `process_group(0)`: its pid is its group id, and its
 //!   descendants (MCP servers, `npx` children) share it unless they leave it with `setsid` — such escapees are out
 //!   of reach without cgroups. Dropping a [`Child`] sends SIGKILL to the whole group, and by default whatever is
@@ -25,7 +28,8 @@
 //! - **Completion is the exit, never pipe close.** [`Child::wait`] resolves when the direct child exits. Stdout and
 //!   stderr are read until EOF or until exit + [`ChildConfig::drain_window`] (default 2 s), whichever comes first,
 //!   so a grandchild holding a pipe cannot hang anyone; output already in the pipe at the deadline is still
-//!   delivered ([`ChildConfig::late_drain_max_bytes`]).
+//!   delivered ([`ChildConfig::late_drain_max_bytes`]). Every duration (graces, window, timeout) may be
+//!   `Duration::MAX`, meaning no deadline.
 //! - **Stop ladder.** [`Child::stop`] with a [`StopPlan`]: optional final stdin line → stdin EOF → `stdin_grace`
 //!   (5 s) → SIGTERM to the group → `term_grace` (3 s) → SIGKILL to the group. It is idempotent and reports the
 //!   [`StopStep`] that ended the child. Whatever ended it, the remaining group members get SIGKILL.

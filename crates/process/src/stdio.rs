@@ -302,7 +302,8 @@ impl futures_util::Stream for Stdout {
 
 /// A clonable view of the child's stderr: the last [`ChildConfig::stderr_tail_bytes`] bytes and the total count.
 ///
-/// Stderr is diagnostics, never protocol (`protocols/awp.md`): it is only kept, never parsed.
+/// Stderr is diagnostics, never protocol (invariant 2 of this repository's `docs/architecture.md`: stdout alone
+/// carries the protocol): it is only kept, never parsed.
 /// `Debug` shows the byte counts and whether collection has finished, never the bytes.
 #[derive(Clone)]
 pub struct StderrTail {

@@ -303,7 +303,8 @@ async fn stop_is_not_blocked_by_a_stuck_stdin_writer() {
     }
 }
 
-/// Hazard (`protocols/awp.md`): SIGTERM right after stdin EOF lost Claude Code's session tail. The ladder waits.
+/// Hazard: SIGTERM right after stdin EOF lost Claude Code's session tail (it flushes its session file after stdin
+/// EOF). The ladder waits.
 #[tokio::test]
 async fn stop_lets_the_child_finish_after_stdin_eof_before_any_sigterm() {
     let script = "trap 'echo term; exit 1' TERM; echo ready; cat >/dev/null; echo flushed";
