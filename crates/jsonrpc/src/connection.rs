@@ -577,7 +577,8 @@ impl Connection {
         self.shared.close(CloseReason::Closed);
     }
 
-    /// Resolves once the connection is closed: peer EOF, read or write failure, or [`close`](Self::close).
+    /// Resolves once the connection is closed: peer EOF, read or write failure, [`close`](Self::close) or
+    /// [`abort`](Self::abort) (at once, before the output is flushed).
     /// After that, calls fail with [`CallError::ConnectionClosed`]. Responses and notifications can still be
     /// written after a peer EOF (a half-closed stream) until the writer stops.
     pub async fn closed(&self) {

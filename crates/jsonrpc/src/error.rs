@@ -77,7 +77,9 @@ impl From<SendError> for CallError {
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
-    /// The writer has stopped: write failure, [`Connection::close`](crate::Connection::close), or every handle dropped.
+    /// The output is closed or closing: a write failure, [`Connection::close`](crate::Connection::close) or
+    /// [`Connection::abort`](crate::Connection::abort) (also for a send that was waiting for room in the queue when
+    /// the close began), or every handle dropped.
     #[error("connection closed")]
     ConnectionClosed,
     /// The message could not be encoded as one JSON line; nothing was sent.

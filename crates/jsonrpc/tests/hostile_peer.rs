@@ -534,3 +534,27 @@ async fn a_response_carrying_a_method_fails_our_pending_call() {
 fn error_line(id: Value, code: i32, message: &str) -> Value {
     error(id, code, message).unwrap_or_default()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_incoming_answers_every_request_internal_error() {
+    let ((connection, incoming), mut peer) = RawPeer::pair(Config::default());
+    drop(incoming);
+    for id in 0..3 {
+        peer.send(&json!({"jsonrpc":"2.0","id": id, "method": "m"}).to_string())
+            .await;
+        assert_eq!(
+            strip_data(peer.recv().await),
+            error_line(json!(id), -32603, "request dropped without a response")
+        );
+    }
+    assert_eq!(connection.stats().dropped_responders, 3);
+    // Our own calls still work.
+    let call = tokio::spawn({
+        let connection = connection.clone();
+        async move { connection.call("still", None).await }
+    });
+    let request = peer.recv().await;
+    peer.send(&json!({"jsonrpc":"2.0","id": request["id"], "result": 1}).to_string())
+        .await;
+    assert_eq!(within(call).await.unwrap().unwrap(), json!(1));
+}
