@@ -20,10 +20,12 @@ async fn grandchild_holding_stdout_cannot_delay_completion_past_the_drain_window
 
     let (out, end) = read_to_end(&mut stdout).await;
     assert_eq!(out, b"hi\n");
-    assert_eq!(
-        end,
-        StdoutEnd::DrainWindowElapsed,
-        "the grandchild still holds the pipe"
+    // The stream ends at the drain deadline: either the reader notices the deadline first (DrainWindowElapsed) or
+    // the orphan killed at that deadline closes the pipe first (Eof). Both end long before the grandchild's 60 s
+    // sleep, which `read_to_end`'s guard bounds; which one wins is a race on a loaded machine.
+    assert!(
+        matches!(end, StdoutEnd::DrainWindowElapsed | StdoutEnd::Eof),
+        "unexpected end: {end:?}"
     );
     assert_eq!(guard("wait", child.wait()).await.code, Some(0));
     guard("stderr collection", stderr.finished()).await;
