@@ -65,7 +65,9 @@ pub struct Config {
     /// buffering. Responses to our calls are read by the same reader, so drain [`Incoming`] while waiting on calls.
     pub incoming_queue: usize,
     /// Capacity, in messages, of the queue to the writer task. Default 64 (0 acts as 1).
-    /// When it is full, `call`, `notify` and `respond` wait for room (back-pressure from a slow peer).
+    /// When it is full, `call`, `notify` and `respond` wait for room (back-pressure from a slow peer): a call
+    /// until its timeout, any send until [`Connection::close`] or [`Connection::abort`] fails it;
+    /// [`Connection::cancel`] and the -32603 answer of a dropped request never wait.
     pub outgoing_queue: usize,
     /// Timeout of [`Connection::call`]. Default `None` (no timeout): an ACP `session/prompt` lasts a whole agent
     /// turn and a permission request waits for a human. Use [`Connection::call_with_timeout`] per call.
