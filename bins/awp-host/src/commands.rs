@@ -105,40 +105,72 @@ fn read_prompt(args: &[String]) -> Result<String, Failure> {
         .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))
 }
 
-/// Resolves when the user presses Ctrl-C once; a second Ctrl-C exits the process with 130 at once.
-fn cancel_on_ctrl_c() -> Result<impl std::future::Future<Output = ()>, Failure> {
+/// Signals that end a chat: SIGINT (Ctrl-C), SIGTERM and SIGHUP are handled alike.
+///
+/// The first one cancels the turn (the returned future resolves: stop ladder, run recorded `cancelled`, exit 7).
+/// A second one sets the abort flag: the turn runner kills the agent's process group with SIGKILL at once, and
+/// the chat exits 130. Should the runner not return within [`ABORT_EXIT_AFTER`], the process exits 130 anyway
+/// (the agent's group was killed by then unless the runner is stuck outside the agent).
+fn cancel_on_signals() -> Result<
+    (
+        impl std::future::Future<Output = ()>,
+        tokio::sync::watch::Receiver<bool>,
+    ),
+    Failure,
+> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (abort_tx, abort_rx) = tokio::sync::watch::channel(false);
     #[cfg(unix)]
-    let mut signals = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| Failure::from_error(Exit::Protocol, "signal_handler", &e))?;
+    let mut signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let make = |kind: SignalKind| {
+            signal(kind).map_err(|e| Failure::from_error(Exit::Protocol, "signal_handler", &e))
+        };
+        (
+            make(SignalKind::interrupt())?,
+            make(SignalKind::terminate())?,
+            make(SignalKind::hangup())?,
+        )
+    };
     tokio::spawn(async move {
         #[cfg(unix)]
-        let first = signals.recv().await.is_some();
+        let mut next = async || {
+            tokio::select! {
+                s = signals.0.recv() => s.is_some(),
+                s = signals.1.recv() => s.is_some(),
+                s = signals.2.recv() => s.is_some(),
+            }
+        };
         #[cfg(not(unix))]
-        let first = tokio::signal::ctrl_c().await.is_ok();
-        if !first {
+        let next = async || tokio::signal::ctrl_c().await.is_ok();
+        if !next().await {
             return;
         }
         eprintln!("\nawp-host: cancelling the turn (press Ctrl-C again to exit now)");
         if tx.send(()).is_err() {
             // The turn is already over; nothing to cancel.
         }
-        #[cfg(unix)]
-        let second = signals.recv().await.is_some();
-        #[cfg(not(unix))]
-        let second = tokio::signal::ctrl_c().await.is_ok();
-        if second {
+        if next().await {
             eprintln!("awp-host: interrupted");
+            if abort_tx.send(true).is_err() {
+                // The turn is over: nothing to kill.
+                std::process::exit(i32::from(Exit::Interrupted.code()));
+            }
+            tokio::time::sleep(ABORT_EXIT_AFTER).await;
             std::process::exit(i32::from(Exit::Interrupted.code()));
         }
     });
-    Ok(async move {
+    let cancel = async move {
         if rx.await.is_err() {
-            // The signal task ended without a Ctrl-C: never cancel.
+            // The signal task ended without a signal: never cancel.
             std::future::pending::<()>().await;
         }
-    })
+    };
+    Ok((cancel, abort_rx))
 }
+
+/// How long after a second signal the process exits 130 even if the turn runner has not returned.
+const ABORT_EXIT_AFTER: Duration = Duration::from_secs(5);
 
 async fn chat(
     data_dir: Option<&Path>,
@@ -186,13 +218,17 @@ async fn chat(
         acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()
     };
+    let (cancel, abort) = cancel_on_signals()?;
+    let options = TurnOptions {
+        abort: Some(abort.clone()),
+        ..options
+    };
     let request = TurnRequest {
         thread,
         model: args.model.clone(),
         prompt,
         attachments,
     };
-    let cancel = cancel_on_ctrl_c()?;
     let stdout = std::io::stdout();
     let mut renderer = Renderer::new(format, stdout.lock());
     let result = run_turn(
@@ -213,6 +249,11 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    if *abort.borrow() {
+        // The agent's process group was killed and the run recorded `cancelled`; exit as interrupted.
+        drop(renderer);
+        return Ok(Exit::Interrupted);
+    }
     renderer.finish(&report);
     if let Some(e) = renderer.take_error() {
         return Err(Failure::from_error(

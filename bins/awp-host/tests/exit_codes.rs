@@ -198,3 +198,130 @@ async fn help_and_version_exit_0() {
     let out = host.run(&["--version"]).await;
     assert!(out.stdout.starts_with("awp-host "), "{out:?}");
 }
+
+/// An agent that ignores SIGINT/SIGTERM/SIGHUP and stdin EOF, writes its pid to `pidfile`, reports a session id
+/// once the prompt arrives and then never ends the turn.
+fn stubborn_agent(host: &Host) -> std::path::PathBuf {
+    let script = host.path("stubborn.sh");
+    let pidfile = host.path("agent.pid");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ntrap \"\" INT TERM HUP\necho $$ > '{}'\nread -r l\necho '{{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"h1\"}}'\nexec 0<&-\nwhile :; do sleep 1; done\n",
+            pidfile.display()
+        ),
+    )
+    .expect("write script");
+    let mut perms = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).expect("chmod");
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"hang\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\n",
+        script.display()
+    ));
+    pidfile
+}
+
+/// True while `pid` is a live (not zombie) process.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits (bounded) until `pid` is gone; false if it is still alive after the bound.
+async fn gone(pid: i32) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+fn send(child: &agentwire_process::Child, signal: rustix::process::Signal) {
+    let raw = i32::try_from(child.id().expect("running")).expect("pid fits i32");
+    let pid = rustix::process::Pid::from_raw(raw).expect("non-zero pid");
+    rustix::process::kill_process(pid, signal).expect("send signal");
+}
+
+/// Starts a chat with the stubborn agent and waits until its session id was reported; returns the agent's pid.
+async fn chat_with_stubborn_agent(host: &Host) -> (agentwire_process::Child, i32) {
+    let pidfile = stubborn_agent(host);
+    let mut child = host.spawn(&["chat", "--agent", "hang", "--jsonl", "x"]);
+    let mut stdout = child.take_stdout().expect("stdout");
+    let seen = read_until(&mut stdout, "h1").await;
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {seen}"));
+    assert!(alive(pid), "{seen}");
+    // Keep draining stdout so the host never blocks writing.
+    tokio::spawn(async move { while stdout.next().await.is_some() {} });
+    (child, pid)
+}
+
+async fn exit_status(child: &agentwire_process::Child) -> agentwire_process::ExitStatus {
+    tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exit")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_the_turn_and_leaves_no_agent_behind() {
+    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::HUP] {
+        let host = Host::new();
+        let (child, pid) = chat_with_stubborn_agent(&host).await;
+        send(&child, signal);
+        let status = exit_status(&child).await;
+        assert_eq!(
+            status.code,
+            Some(7),
+            "{signal:?}: {}",
+            child.stderr_tail().tail_lossy()
+        );
+        assert!(gone(pid).await, "{signal:?}: agent {pid} still alive");
+        let list = host.run(&["threads", "list", "--json"]).await.json();
+        let detail = host.thread(list[0]["id"].as_str().unwrap()).await;
+        assert_eq!(detail["runs"][0]["status"], "cancelled", "{signal:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_kills_the_agent_group_and_exits_130() {
+    let host = Host::new();
+    let (child, pid) = chat_with_stubborn_agent(&host).await;
+    send(&child, rustix::process::Signal::INT);
+    // Wait until the first signal was taken (the cancel notice), then send the second.
+    let noticed = tokio::time::timeout(Duration::from_secs(60), async {
+        while !child
+            .stderr_tail()
+            .tail_lossy()
+            .contains("cancelling the turn")
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(noticed.is_ok(), "{}", child.stderr_tail().tail_lossy());
+    send(&child, rustix::process::Signal::TERM);
+    let status = exit_status(&child).await;
+    assert_eq!(
+        status.code,
+        Some(130),
+        "{}",
+        child.stderr_tail().tail_lossy()
+    );
+    assert!(gone(pid).await, "agent {pid} still alive");
+    let list = host.run(&["threads", "list", "--json"]).await;
+    assert!(!list.stderr.contains("marked interrupted"), "{list:?}");
+    let detail = host.thread(list.json()[0]["id"].as_str().unwrap()).await;
+    assert_eq!(detail["runs"][0]["status"], "cancelled");
+}

@@ -42,6 +42,31 @@ pub struct TurnOptions {
     pub max_tool_summary_chars: usize,
     /// How ACP agents' permission requests are answered. Default [`AcpPermissions::reject`] (fail closed).
     pub acp_permissions: AcpPermissions,
+    /// Aborts the turn at once when the value becomes `true` (a second Ctrl-C): the agent's process group is
+    /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with detail [`ABORTED`].
+    /// Default `None` (never aborts).
+    pub abort: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Detail of a run ended by [`TurnOptions::abort`].
+pub const ABORTED: &str = "aborted: the agent's process group was killed";
+
+/// Resolves once `abort` holds `true`; never when it is `None` or its sender is gone without aborting.
+async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
+    if let Some(mut abort) = abort
+        && abort.wait_for(|aborted| *aborted).await.is_ok()
+    {
+        return;
+    }
+    std::future::pending::<()>().await;
+}
+
+/// How the agent side of a turn ended.
+enum Driven {
+    /// The turn never started (spawn or stdin write failed): code, detail, stderr tail.
+    Early(String, String, String),
+    /// The turn ran: its outcome (if the runner produced one) and the stderr tail.
+    Done(Option<TurnOutcome>, String),
 }
 
 impl Default for TurnOptions {
@@ -52,6 +77,7 @@ impl Default for TurnOptions {
             text_flush_bytes: 4096,
             max_tool_summary_chars: 120,
             acp_permissions: AcpPermissions::default(),
+            abort: None,
         }
     }
 }
@@ -491,57 +517,77 @@ pub async fn run_turn(
         })
     };
 
-    let mut runner = match AgentRunner::start(agent.protocol, &plan, resume.clone(), options).await
-    {
-        Ok(runner) => runner,
-        Err((code, cause)) => return fail_early(recorder, &code, cause),
-    };
-    for event in runner.take_startup_events() {
-        if let Err(e) = recorder.record(&event) {
-            runner.finish().await;
-            return Err(e.into());
-        }
-        observer(&event);
-    }
-    if let Err((code, detail)) = runner
-        .send(&turn_blocks(&request.prompt, &request.attachments))
-        .await
-    {
-        let stderr_tail = runner.finish().await;
-        let mut report = fail_early(recorder, &code, detail)?;
-        report.stderr_tail = stderr_tail;
-        return Ok(report);
-    }
-
-    let mut cancel = std::pin::pin!(cancel);
-    let mut cancelled = false;
-    let mut outcome: Option<TurnOutcome> = None;
-    loop {
-        let event = if cancelled {
-            runner.next_event().await
-        } else {
-            tokio::select! {
-                event = runner.next_event() => event,
-                () = &mut cancel => {
-                    cancelled = true;
-                    runner.cancel().await;
-                    continue;
-                }
+    let blocks = turn_blocks(&request.prompt, &request.attachments);
+    let drive = async {
+        let mut runner =
+            match AgentRunner::start(agent.protocol, &plan, resume.clone(), options).await {
+                Ok(runner) => runner,
+                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+            };
+        for event in runner.take_startup_events() {
+            if let Err(e) = recorder.record(&event) {
+                runner.finish().await;
+                return Err(e);
             }
-        };
-        let Some(event) = event else { break };
-        if let Err(e) = recorder.record(&event) {
-            runner.cancel().await;
-            runner.finish().await;
-            return Err(e.into());
+            observer(&event);
         }
-        observer(&event);
-        if let NormalizedEvent::TurnCompleted(o) = event {
-            outcome = Some(o);
-            break;
+        if let Err((code, detail)) = runner.send(&blocks).await {
+            let stderr_tail = runner.finish().await;
+            return Ok(Driven::Early(code, detail, stderr_tail));
         }
-    }
-    let stderr_tail = runner.finish().await;
+        let mut cancel = std::pin::pin!(cancel);
+        let mut cancelled = false;
+        let mut outcome: Option<TurnOutcome> = None;
+        loop {
+            let event = if cancelled {
+                runner.next_event().await
+            } else {
+                tokio::select! {
+                    event = runner.next_event() => event,
+                    () = &mut cancel => {
+                        cancelled = true;
+                        runner.cancel().await;
+                        continue;
+                    }
+                }
+            };
+            let Some(event) = event else { break };
+            if let Err(e) = recorder.record(&event) {
+                runner.cancel().await;
+                runner.finish().await;
+                return Err(e);
+            }
+            observer(&event);
+            if let NormalizedEvent::TurnCompleted(o) = event {
+                outcome = Some(o);
+                break;
+            }
+        }
+        let stderr_tail = runner.finish().await;
+        Ok(Driven::Done(outcome, stderr_tail))
+    };
+    // Dropping `drive` drops the runner, whose child kills the agent's process group with SIGKILL.
+    let driven = tokio::select! {
+        biased;
+        () = abort_requested(options.abort.clone()) => None,
+        driven = drive => Some(driven),
+    };
+    let (outcome, stderr_tail) = match driven {
+        Some(Ok(Driven::Done(outcome, stderr_tail))) => (outcome, stderr_tail),
+        Some(Ok(Driven::Early(code, detail, stderr_tail))) => {
+            let mut report = fail_early(recorder, &code, detail)?;
+            report.stderr_tail = stderr_tail;
+            return Ok(report);
+        }
+        Some(Err(e)) => return Err(e.into()),
+        None => {
+            let outcome = TurnOutcome::new(TurnStatus::Failed {
+                code: codes::CANCELLED.to_owned(),
+                detail: Some(ABORTED.to_owned()),
+            });
+            (Some(outcome), String::new())
+        }
+    };
     // `next_event` ends every accepted turn with TurnCompleted; a missing one would be a runner bug, recorded as
     // an exit mid-turn rather than lost.
     let outcome = outcome
