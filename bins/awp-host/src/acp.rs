@@ -1,6 +1,6 @@
 //! ACP specifics of `awp-host`: how `chat` answers permission requests, and `check --protocol acp`.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::sync::Arc;
 
 use agentwire_acp::conformance::{CheckPlan, Outcome, run_check};
@@ -11,6 +11,9 @@ use agentwire_host::acp_turn::{AcpPermissions, reject_outcome};
 
 use crate::Failure;
 use crate::exit::Exit;
+
+/// Most bytes of a typed permission answer that are read (64); a longer line is not a valid number and rejects.
+pub const MAX_ANSWER_BYTES: u64 = 64;
 
 /// The permission policy of a `chat` turn: `--yes` allows once ([`AcpPermissions::allow_once`]); otherwise a TTY
 /// stdin is asked on the terminal; otherwise every request is rejected (fail closed).
@@ -77,7 +80,12 @@ fn ask(request: &RequestPermissionRequest) -> Option<RequestPermissionOutcome> {
     err.flush().ok()?;
     drop(err);
     let mut line = String::new();
-    let read = std::io::stdin().lock().read_line(&mut line).ok()?;
+    // A choice is a short number: at most this many bytes of the line are read.
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_ANSWER_BYTES)
+        .read_line(&mut line)
+        .ok()?;
     if read == 0 {
         return None;
     }
