@@ -53,6 +53,7 @@ fn open_store(flag: Option<&Path>) -> Result<Store, Failure> {
 fn store_failure(e: &StoreError) -> Failure {
     let exit = match e {
         StoreError::ThreadNotFound(_) => Exit::Usage,
+        StoreError::ThreadBusy { .. } => Exit::AgentUnavailable,
         _ => Exit::Protocol,
     };
     Failure::from_error(exit, e.code(), e)

@@ -325,3 +325,29 @@ async fn a_second_signal_kills_the_agent_group_and_exits_130() {
     let detail = host.thread(list.json()[0]["id"].as_str().unwrap()).await;
     assert_eq!(detail["runs"][0]["status"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_chat_on_a_busy_thread_is_refused_with_thread_busy() {
+    let host = Host::new();
+    host.fixture_agent("quiet", "silence", "awp-jsonl");
+    let mut first = host.spawn(&["chat", "--agent", "quiet", "--jsonl", "x"]);
+    let mut stdout = first.take_stdout().expect("stdout");
+    read_until(&mut stdout, "text_delta").await;
+    let list = host.run(&["threads", "list", "--json"]).await.json();
+    let thread = list[0]["id"].as_str().unwrap().to_owned();
+    let second = host.run(&["chat", "--thread", &thread, "y"]).await;
+    check(&second, 3, "thread_busy");
+    send(&first, rustix::process::Signal::INT);
+    tokio::spawn(async move { while stdout.next().await.is_some() {} });
+    assert_eq!(exit_status(&first).await.code, Some(7));
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["runs"].as_array().unwrap().len(), 1, "{detail}");
+    // The refused prompt was not stored.
+    assert!(!detail.to_string().contains("\"y\""), "{detail}");
+    // Once the first turn ended the thread takes turns again.
+    // (the silent fixture never answers: the idle timeout ends the turn).
+    let third = host
+        .run(&["chat", "--thread", &thread, "--idle-timeout", "1s", "z"])
+        .await;
+    check(&third, 7, "agent_idle_timeout");
+}

@@ -95,6 +95,15 @@ pub enum StoreError {
     /// No thread has this id.
     #[error("thread {0} not found")]
     ThreadNotFound(ThreadId),
+    /// The thread has a live running run (its lock file is held by another turn): a second turn would resume the
+    /// same native session concurrently.
+    #[error("thread {thread} is busy: run {run} is still running")]
+    ThreadBusy {
+        /// The thread.
+        thread: ThreadId,
+        /// Its live run.
+        run: RunId,
+    },
     /// A stored row holds a value this version cannot read.
     #[error("corrupt store row: {0}")]
     Corrupt(String),
@@ -111,6 +120,7 @@ impl StoreError {
             StoreError::Database { .. } => "store_database",
             StoreError::SchemaTooNew { .. } => "store_schema_too_new",
             StoreError::ThreadNotFound(_) => "thread_not_found",
+            StoreError::ThreadBusy { .. } => "thread_busy",
             StoreError::Corrupt(_) => "store_corrupt",
             StoreError::Id(e) => e.code(),
         }
@@ -410,6 +420,25 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
+fn run_orphaned(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+    let path = locks_dir.join(format!("{run}.lock"));
+    match File::options().read(true).write(true).open(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(StoreError::Io { path, source: e }),
+        Ok(file) => match file.try_lock() {
+            Ok(()) => {
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "could not remove stale run lock");
+                }
+                Ok(true)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(StoreError::Io { path, source: e }),
+        },
+    }
+}
+
 /// Brings the schema of `conn` to [`SCHEMA_VERSION`], one transaction per step.
 ///
 /// # Errors
@@ -585,6 +614,10 @@ impl Store {
         self.locks_dir.join(format!("{run}.lock"))
     }
 
+    fn run_orphaned(&self, run: &RunId) -> Result<bool, StoreError> {
+        run_orphaned(&self.locks_dir, run)
+    }
+
     fn recover_interrupted(&mut self) -> Result<(), StoreError> {
         let running: Vec<String> = {
             let mut stmt = self
@@ -599,24 +632,7 @@ impl Store {
         };
         for id in running {
             let Ok(run) = RunId::parse(&id) else { continue };
-            let path = self.lock_path(&run);
-            let orphaned = match File::options().read(true).write(true).open(&path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
-                Err(e) => return Err(StoreError::Io { path, source: e }),
-                Ok(file) => match file.try_lock() {
-                    Ok(()) => {
-                        if let Err(e) = std::fs::remove_file(&path) {
-                            tracing::warn!(path = %path.display(), error = %e, "could not remove stale run lock");
-                        }
-                        true
-                    }
-                    Err(std::fs::TryLockError::WouldBlock) => false,
-                    Err(std::fs::TryLockError::Error(e)) => {
-                        return Err(StoreError::Io { path, source: e });
-                    }
-                },
-            };
-            if orphaned {
+            if self.run_orphaned(&run)? {
                 let tx = self.write_tx("recovering interrupted runs")?;
                 let n = tx
                     .execute(
@@ -644,8 +660,13 @@ impl Store {
     /// `running` run and the user message. When this returns, the user message is durable. The returned guard
     /// holds the run's lock file; keep it until [`Store::finish_run`].
     ///
+    /// For an existing thread, the same transaction checks the thread's `running` runs: one whose lock file is held
+    /// by a live turn refuses the new run ([`StoreError::ThreadBusy`]); one whose owner died is marked
+    /// `interrupted`.
+    ///
     /// # Errors
-    /// [`StoreError::ThreadNotFound`], [`StoreError::Io`] (lock file), [`StoreError::Database`].
+    /// [`StoreError::ThreadNotFound`], [`StoreError::ThreadBusy`], [`StoreError::Io`] (lock file),
+    /// [`StoreError::Database`].
     pub fn begin_run(&mut self, run: NewRun<'_>) -> Result<RunGuard, StoreError> {
         let run_id = RunId::random()?;
         let lock_path = self.lock_path(&run_id);
@@ -670,7 +691,38 @@ impl Store {
         }
         let now = now_ms();
         let max_title = self.config.max_title_chars;
+        let busy_check = match &run.thread {
+            ThreadChoice::Existing(id) => Some(id.clone()),
+            ThreadChoice::New { .. } => None,
+        };
+        let locks_dir = self.locks_dir.clone();
         let tx = self.write_tx("beginning a run")?;
+        if let Some(thread) = busy_check {
+            let running: Vec<String> = {
+                let mut stmt = tx
+                    .prepare("SELECT id FROM runs WHERE thread_id = ?1 AND status = 'running'")
+                    .map_err(db("checking running runs"))?;
+                let rows = stmt
+                    .query_map(params![thread.as_str()], |r| r.get(0))
+                    .map_err(db("checking running runs"))?;
+                rows.collect::<Result<_, _>>()
+                    .map_err(db("checking running runs"))?
+            };
+            for id in running {
+                let Ok(other) = RunId::parse(&id) else {
+                    continue;
+                };
+                if !run_orphaned(&locks_dir, &other)? {
+                    return Err(StoreError::ThreadBusy { thread, run: other });
+                }
+                tx.execute(
+                    "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'
+                     WHERE id=?1 AND status='running'",
+                    params![other.as_str(), now],
+                )
+                .map_err(db("recovering interrupted runs"))?;
+            }
+        }
         let thread_id = match run.thread {
             ThreadChoice::New { agent } => {
                 let id = guard.thread_id.clone();
@@ -1140,6 +1192,36 @@ mod tests {
             total_cost_usd: Some(0.25),
             pending_text: None,
         }
+    }
+
+    #[test]
+    fn a_thread_with_a_live_run_refuses_a_second_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut first = open(tmp.path());
+        let mut second = open(tmp.path());
+        let live = first.begin_run(new_run(new_thread(), "one", None)).unwrap();
+        let thread = ThreadChoice::Existing(live.thread_id.clone());
+        let err = second
+            .begin_run(new_run(thread.clone(), "two", None))
+            .unwrap_err();
+        assert_eq!(err.code(), "thread_busy");
+        assert!(
+            matches!(&err, StoreError::ThreadBusy { run, .. } if *run == live.run_id),
+            "{err:?}"
+        );
+        // Nothing of the refused run was stored.
+        let detail = second.thread_detail(&live.thread_id).unwrap();
+        assert_eq!(detail.runs.len(), 1);
+        assert_eq!(detail.messages.len(), 1);
+        // Its owner gone (lock released without finishing), the thread is free and the dead run interrupted.
+        let dead = live.run_id.clone();
+        drop(live);
+        let next = second.begin_run(new_run(thread, "three", None)).unwrap();
+        assert_eq!(
+            second.run(&dead).unwrap().unwrap().status,
+            RunStatus::Interrupted
+        );
+        second.finish_run(next, &succeeded()).unwrap();
     }
 
     #[test]
