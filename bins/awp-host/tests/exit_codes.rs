@@ -351,3 +351,18 @@ async fn a_second_chat_on_a_busy_thread_is_refused_with_thread_busy() {
         .await;
     check(&third, 7, "agent_idle_timeout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_first_runs_on_a_fresh_data_dir_all_succeed() {
+    for _ in 0..3 {
+        let host = Host::new();
+        let mut children: Vec<_> = (0..4)
+            .map(|_| host.spawn(&["threads", "list", "--json"]))
+            .collect();
+        for child in &mut children {
+            let out = support::collect(child).await;
+            assert_eq!(out.code, 0, "{out:?}");
+            assert_eq!(out.json(), Value::Array(vec![]));
+        }
+    }
+}

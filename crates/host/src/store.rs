@@ -420,6 +420,26 @@ fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
+/// Switches `conn` to WAL and returns the journal mode now in effect. SQLite answers `SQLITE_BUSY` at once (no
+/// busy handler) when another connection is switching a fresh database at the same time, so a busy answer is
+/// retried every 10 ms until `busy_timeout` has passed.
+fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<String, StoreError> {
+    let started = std::time::Instant::now();
+    loop {
+        match conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && started.elapsed() < busy_timeout =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other.map_err(db("enabling WAL")),
+        }
+    }
+}
+
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
 fn run_orphaned(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
     let path = locks_dir.join(format!("{run}.lock"));
@@ -439,12 +459,24 @@ fn run_orphaned(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
     }
 }
 
-/// Brings the schema of `conn` to [`SCHEMA_VERSION`], one transaction per step.
+/// Brings the schema of `conn` to [`SCHEMA_VERSION`] in one `BEGIN IMMEDIATE` transaction that reads
+/// `user_version` itself, so concurrent openers of a fresh database migrate it exactly once (the others wait for
+/// the write lock, up to the busy timeout, then find the schema current).
 ///
 /// # Errors
 /// [`StoreError::SchemaTooNew`] for a database from a newer version; [`StoreError::Database`] otherwise.
 pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    // Fast path without the write lock: a current schema needs nothing.
     let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db("reading the schema version"))?;
+    if version == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db("migrating"))?;
+    let version: u32 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(db("reading the schema version"))?;
     if version > SCHEMA_VERSION {
@@ -453,10 +485,12 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             supported: SCHEMA_VERSION,
         });
     }
+    if version == SCHEMA_VERSION {
+        // Nothing to change; ending the transaction without writes.
+        tx.commit().map_err(db("reading the schema version"))?;
+        return Ok(());
+    }
     if version < 1 {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db("migrating"))?;
         tx.execute_batch(
             "CREATE TABLE threads (
                 id TEXT PRIMARY KEY NOT NULL,
@@ -506,8 +540,8 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             PRAGMA user_version = 1;",
         )
         .map_err(db("migrating to schema 1"))?;
-        tx.commit().map_err(db("migrating to schema 1"))?;
     }
+    tx.commit().map_err(db("migrating to schema 1"))?;
     Ok(())
 }
 
@@ -574,9 +608,7 @@ impl Store {
         let mut conn = Connection::open(&path).map_err(db("opening the database"))?;
         conn.busy_timeout(config.busy_timeout)
             .map_err(db("setting the busy timeout"))?;
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(db("enabling WAL"))?;
+        let mode = enable_wal(&conn, config.busy_timeout)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Corrupt(format!(
                 "journal mode {mode} instead of wal"
@@ -1191,6 +1223,28 @@ mod tests {
             error_code: None,
             total_cost_usd: Some(0.25),
             pending_text: None,
+        }
+    }
+
+    #[test]
+    fn concurrent_first_opens_of_a_fresh_dir_all_succeed() {
+        for _ in 0..5 {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("fresh");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    let (dir, barrier) = (dir.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        Store::open(&dir).map(|store| store.list_threads(10).map(|t| t.len()))
+                    })
+                })
+                .collect();
+            for opener in openers {
+                let listed = opener.join().expect("opener thread");
+                assert!(matches!(listed, Ok(Ok(0))), "{listed:?}");
+            }
         }
     }
 
