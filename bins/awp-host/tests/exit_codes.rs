@@ -366,3 +366,14 @@ async fn parallel_first_runs_on_a_fresh_data_dir_all_succeed() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_exits_at_startup_is_always_agent_exited_mid_turn_with_its_stderr() {
+    let host = Host::new();
+    host.fixture_agent("bogus", "bogus-mode", "awp-jsonl");
+    for _ in 0..5 {
+        let out = host.run(&["chat", "--agent", "bogus", "x"]).await;
+        check(&out, 6, "agent_exited_mid_turn");
+        assert!(out.stderr.contains("(agent stderr: "), "{out:?}");
+    }
+}

@@ -48,6 +48,11 @@ pub struct TurnOptions {
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
+/// `AgentSession::send_turn` code of a failed stdin write (reported as `agent_exited_mid_turn`).
+const STDIN_WRITE_FAILED: &str = "stdin_write_failed";
+/// `AgentSession::send_turn` code of an agent already exited (reported as `agent_exited_mid_turn`).
+const AGENT_EXITED: &str = "agent_exited";
+
 /// Detail of a run ended by [`TurnOptions::abort`].
 pub const ABORTED: &str = "aborted: the agent's process group was killed";
 
@@ -532,7 +537,18 @@ pub async fn run_turn(
             observer(&event);
         }
         if let Err((code, detail)) = runner.send(&blocks).await {
+            // Stops the agent, waiting for its exit and draining its stderr.
             let stderr_tail = runner.finish().await;
+            // An agent that died before reading the turn (a broken stdin pipe, or its exit seen first) is one
+            // failure whichever way the race went: reported like an exit mid-turn, with its stderr tail.
+            if code == STDIN_WRITE_FAILED || code == AGENT_EXITED {
+                let detail = format!("the agent exited before reading the turn ({code}: {detail})");
+                return Ok(Driven::Early(
+                    codes::AGENT_EXITED_MID_TURN.to_owned(),
+                    detail,
+                    stderr_tail,
+                ));
+            }
             return Ok(Driven::Early(code, detail, stderr_tail));
         }
         let mut cancel = std::pin::pin!(cancel);
