@@ -77,7 +77,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub new: bool,
     /// Model to ask the agent for (passed as --model) [default: the agent's configured model]
-    #[arg(long, value_name = "MODEL")]
+    #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
     /// Attach a file (repeatable): PNG, JPEG, GIF, WebP → image; PDF → document; UTF-8 text → text.
     /// At most 10 MiB each, 16 per turn
@@ -93,8 +93,9 @@ pub struct ChatArgs {
     /// it is the only allow offered) [default: ask on a terminal stdin, else reject]
     #[arg(long)]
     pub yes: bool,
-    /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m` [default: off]
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m`; at least 1s
+    /// [default: off]
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
     /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max)
     #[arg(value_name = "PROMPT")]
@@ -110,7 +111,7 @@ pub enum ThreadsCommand {
         #[arg(long)]
         json: bool,
         /// Show at most this many threads
-        #[arg(long, default_value_t = 50, value_name = "N")]
+        #[arg(long, default_value_t = 50, value_name = "N", value_parser = parse_limit)]
         limit: usize,
     },
     /// Show a thread's messages, runs and session ids.
@@ -153,7 +154,7 @@ pub struct CheckArgs {
     #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json", "acp"])]
     pub protocol: String,
     /// Model to pass with --model on every launch [default: none]
-    #[arg(long, value_name = "MODEL")]
+    #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
     /// Print the report as JSON (`{"rules":[{"id","severity","description","outcome",…}]}`)
     #[arg(long)]
@@ -162,4 +163,33 @@ pub struct CheckArgs {
     /// then its arguments
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Shortest accepted `--idle-timeout`: anything shorter would time out turns spuriously.
+pub const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `--idle-timeout`: a humantime duration of at least [`MIN_IDLE_TIMEOUT`].
+fn parse_idle_timeout(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration < MIN_IDLE_TIMEOUT {
+        return Err("must be at least 1s".to_owned());
+    }
+    Ok(duration)
+}
+
+/// `--model`: a non-empty name.
+fn parse_model(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
+/// `threads list --limit`: at least 1.
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }

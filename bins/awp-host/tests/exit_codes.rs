@@ -377,3 +377,25 @@ async fn an_agent_that_exits_at_startup_is_always_agent_exited_mid_turn_with_its
         assert!(out.stderr.contains("(agent stderr: "), "{out:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flag_values_are_usage_errors_naming_the_flag() {
+    let host = Host::new();
+    for (args, flag) in [
+        (&["chat", "--idle-timeout", "0", "x"][..], "--idle-timeout"),
+        (&["chat", "--idle-timeout", "0s", "x"][..], "--idle-timeout"),
+        (
+            &["chat", "--idle-timeout", "999ms", "x"][..],
+            "--idle-timeout",
+        ),
+        (&["chat", "--model", "", "x"][..], "--model"),
+        (&["threads", "list", "--limit", "0"][..], "--limit"),
+    ] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, 2, "{args:?}: {out:?}");
+        assert!(out.stderr.contains(flag), "{args:?}: {out:?}");
+    }
+    // At the limit: 1s is accepted (the bundled agent answers at once).
+    let out = host.run(&["chat", "--idle-timeout", "1s", "x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+}
