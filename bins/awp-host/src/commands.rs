@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use agentwire_host::agents::{AgentEntry, AgentRegistry};
 use agentwire_host::attachments::{AttachmentLimits, read_attachments};
-use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord};
+use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord, escape_controls};
 use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
 use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
 use serde_json::{Value, json};
@@ -356,25 +356,31 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
     match cmd {
         ThreadsCommand::List { json, limit } => {
             let list = store.list_threads(limit).map_err(|e| store_failure(&e))?;
+            let total = if list.len() < limit {
+                list.len() as u64
+            } else {
+                store.count_threads().map_err(|e| store_failure(&e))?
+            };
+            let more = total.saturating_sub(list.len() as u64);
             if json {
                 let value = Value::Array(list.iter().map(thread_json).collect());
                 print_out(&format!("{value}\n"))?;
             } else if list.is_empty() {
                 print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
             } else {
-                let mut text = format!(
-                    "{:<20}  {:<16}  {:>4}  {:<20}  {}\n",
-                    "ID", "AGENT", "RUNS", "UPDATED", "TITLE"
-                );
-                for t in &list {
-                    text.push_str(&format!(
-                        "{:<20}  {:<16}  {:>4}  {:<20}  {}\n",
-                        t.id,
-                        t.agent,
-                        t.run_count,
+                let mut rows = vec![["ID", "AGENT", "RUNS", "UPDATED", "TITLE"].map(String::from)];
+                rows.extend(list.iter().map(|t| {
+                    [
+                        t.id.to_string(),
+                        line(&t.agent),
+                        t.run_count.to_string(),
                         format_ms(t.updated_at_ms),
-                        t.title
-                    ));
+                        line(&t.title),
+                    ]
+                }));
+                let mut text = table(&rows, &[false, false, true, false, false]);
+                if more > 0 {
+                    text.push_str(&format!("({more} more; use --limit)\n"));
                 }
                 print_out(&text)?;
             }
@@ -393,22 +399,56 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
     Ok(Exit::Ok)
 }
 
+/// A single-line field for human output (controls, bidi overrides and line separators escaped).
+fn line(text: &str) -> String {
+    escape_controls(text, true).into_owned()
+}
+
+/// Rows as columns separated by two spaces, each as wide as its widest cell (in characters; the last column is
+/// not padded); `right[i]` right-aligns column `i`.
+fn table<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut cells = Vec::with_capacity(N);
+        for (i, cell) in row.iter().enumerate() {
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i + 1 == N {
+                cells.push(cell.clone());
+            } else if right[i] {
+                cells.push(format!("{}{cell}", " ".repeat(pad)));
+            } else {
+                cells.push(format!("{cell}{}", " ".repeat(pad)));
+            }
+        }
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
 fn detail_text(d: &ThreadDetail) -> String {
     let t = &d.thread;
     let mut s = format!(
         "thread {}  agent {}  session {}\ntitle: {}\ncreated {}  updated {}\n",
         t.id,
-        t.agent,
-        t.session_id.as_deref().unwrap_or("-"),
-        t.title,
+        line(&t.agent),
+        line(t.session_id.as_deref().unwrap_or("-")),
+        line(&t.title),
         format_ms(t.created_at_ms),
         format_ms(t.updated_at_ms)
     );
     s.push_str("\nmessages:\n");
     for m in &d.messages {
         s.push_str(&format!("[{}] ({})\n", m.role.as_str(), m.run_id));
-        s.push_str(&m.content);
-        if !m.content.ends_with('\n') {
+        let content = escape_controls(&m.content, false);
+        s.push_str(&content);
+        if !content.ends_with('\n') {
             s.push('\n');
         }
     }
@@ -426,7 +466,7 @@ fn detail_text(d: &ThreadDetail) -> String {
             usage.unwrap_or_else(|| "-".into()),
             r.error_code
                 .as_ref()
-                .map(|c| format!("  error {c}"))
+                .map(|c| format!("  error {}", line(c)))
                 .unwrap_or_default()
         ));
     }
@@ -434,7 +474,8 @@ fn detail_text(d: &ThreadDetail) -> String {
     for sess in &d.sessions {
         s.push_str(&format!(
             "{}  (first seen in {})\n",
-            sess.session_id, sess.run_id
+            line(&sess.session_id),
+            sess.run_id
         ));
     }
     s
@@ -467,28 +508,30 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
         print_out(&format!("{value}\n"))?;
         return Ok(Exit::Ok);
     }
-    let mut text = format!(
-        "  {:<16}  {:<11}  {:<12}  {:<40}  {}\n",
-        "NAME", "PROTOCOL", "MODEL", "EXECUTABLE", "STATUS"
-    );
+    let mut rows = vec![["  NAME", "PROTOCOL", "MODEL", "EXECUTABLE", "STATUS"].map(String::from)];
     for e in registry.entries() {
         let status = match &e.status {
             Ok(_) => "usable".to_owned(),
             Err(err) => format!("unusable: {err} ({})", err.code()),
         };
-        text.push_str(&format!(
-            "{} {:<16}  {:<11}  {:<12}  {:<40}  {}\n",
-            if e.name == default { '*' } else { ' ' },
-            e.name,
-            e.protocol.as_deref().unwrap_or("-"),
-            e.model.as_deref().unwrap_or("-"),
-            e.executable
-                .as_deref()
-                .map(|p: &Path| p.display().to_string())
-                .unwrap_or_else(|| "-".into()),
-            status
-        ));
+        rows.push([
+            format!(
+                "{} {}",
+                if e.name == default { '*' } else { ' ' },
+                line(&e.name)
+            ),
+            line(e.protocol.as_deref().unwrap_or("-")),
+            line(e.model.as_deref().unwrap_or("-")),
+            line(
+                &e.executable
+                    .as_deref()
+                    .map(|p: &Path| p.display().to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            line(&status),
+        ]);
     }
+    let mut text = table(&rows, &[false; 5]);
     text.push_str("(* = default agent)\n");
     print_out(&text)?;
     Ok(Exit::Ok)

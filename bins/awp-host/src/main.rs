@@ -83,7 +83,12 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(exit) => exit.into(),
         Err(failure) => {
-            eprintln!("awp-host: error: {} ({})", failure.message, failure.code);
+            // Messages may quote peer or file data: controls are made visible.
+            eprintln!(
+                "awp-host: error: {} ({})",
+                agentwire_host::store::escape_controls(&failure.message, true),
+                failure.code
+            );
             failure.exit.into()
         }
     }

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use agentwire_awp::NormalizedEvent;
 use agentwire_host::TurnReport;
+use agentwire_host::store::escape_controls;
 use agentwire_host::turn::{tool_result_summary, tool_use_summary};
 use serde_json::{Value, json};
 
@@ -84,16 +85,18 @@ impl<W: Write> Renderer<W> {
             }
             Format::Human => match event {
                 NormalizedEvent::TextDelta { text } if !text.is_empty() => {
-                    self.write(text.as_bytes());
+                    self.write(escape_controls(text, false).as_bytes());
                     self.at_line_start = text.ends_with('\n');
                 }
                 NormalizedEvent::ToolUse { name, input, .. } => {
-                    self.line(&tool_use_summary(name, input, TOOL_LINE_CHARS));
+                    let line = tool_use_summary(name, input, TOOL_LINE_CHARS);
+                    self.line(&escape_controls(&line, true));
                 }
                 NormalizedEvent::ToolResult {
                     is_error, summary, ..
                 } => {
-                    self.line(&tool_result_summary(*is_error, summary, TOOL_LINE_CHARS));
+                    let line = tool_result_summary(*is_error, summary, TOOL_LINE_CHARS);
+                    self.line(&escape_controls(&line, true));
                 }
                 NormalizedEvent::TurnCompleted(_) if !self.at_line_start => {
                     self.write(b"\n");

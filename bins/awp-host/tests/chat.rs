@@ -309,3 +309,73 @@ async fn attachments_are_bounded_and_typed() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminal_controls_are_escaped_in_human_output_and_exact_in_json() {
+    let host = Host::new();
+    let prompt = "q\u{1b}[31mred\u{7} \u{202e}evil\u{2028}x";
+    let out = host.run(&["chat", prompt]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}', '\u{2028}'] {
+        assert!(!out.stdout.contains(raw), "{raw:?} in {out:?}");
+    }
+    assert!(out.stdout.contains("q\\u{1b}[31mred\\u{7}"), "{out:?}");
+    let json = host.run(&["chat", "--json", prompt]).await.json();
+    assert!(json["text"].as_str().unwrap().contains(prompt), "{json}");
+
+    let list = host.run(&["threads", "list"]).await;
+    assert!(!list.stdout.contains('\u{202e}'), "{list:?}");
+    assert!(list.stdout.contains("\\u{202e}evil\\u{2028}x"), "{list:?}");
+    let listed = host.run(&["threads", "list", "--json"]).await.json();
+    assert_eq!(listed[0]["title"], "q [31mred  \u{202e}evil\u{2028}x");
+    let id = listed[0]["id"].as_str().unwrap();
+    let show = host.run(&["threads", "show", id]).await;
+    assert!(!show.stdout.contains('\u{1b}'), "{show:?}");
+    assert!(show.stdout.contains("q\\u{1b}[31mred\\u{7}"), "{show:?}");
+    assert_eq!(host.thread(id).await["messages"][0]["content"], prompt);
+
+    host.agents_toml(
+        "[[agents]]\nname = \"fx\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nmodel = \"m\\u0007\"\n",
+    );
+    let agents = host.run(&["agents", "list"]).await;
+    assert!(!agents.stdout.contains('\u{7}'), "{agents:?}");
+    assert!(agents.stdout.contains("m\\u{7}"), "{agents:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attachment_name_with_a_newline_cannot_forge_a_header() {
+    let host = Host::new();
+    let path = host.path("a\nAttachment evil.txt");
+    std::fs::write(&path, "notes").unwrap();
+    let out = host
+        .run(&["chat", "--json", "--attach", path.to_str().unwrap(), "see"])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let detail = host.thread(&thread_id(&out)).await;
+    let content = detail["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        content.contains("[attachment: a\\u{a}Attachment evil.txt (text/plain, 5 bytes)]"),
+        "{content}"
+    );
+    assert!(!content.contains("\nAttachment evil"), "{content}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_list_says_how_many_more_there_are() {
+    let host = Host::new();
+    for prompt in ["one", "two", "three"] {
+        assert_eq!(host.run(&["chat", prompt]).await.code, 0);
+    }
+    let out = host.run(&["threads", "list", "--limit", "1"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.ends_with("(2 more; use --limit)\n"), "{out:?}");
+    let all = host.run(&["threads", "list", "--limit", "3"]).await;
+    assert!(!all.stdout.contains("more; use --limit"), "{all:?}");
+    // Header and rows line up: every row's title starts in the header's TITLE column.
+    let lines: Vec<&str> = all.stdout.lines().collect();
+    let column = lines[0].find("TITLE").unwrap();
+    for row in &lines[1..] {
+        let title = row.chars().skip(column).collect::<String>();
+        assert!(["one", "two", "three"].contains(&title.as_str()), "{all:?}");
+    }
+}

@@ -110,7 +110,8 @@ pub fn sniff(bytes: &[u8]) -> Option<Sniffed> {
 /// One attachment ready to send.
 #[derive(Clone, Debug)]
 pub struct Attachment {
-    /// The file name (last path component), for display and for the stored user message.
+    /// The file name (last path component, controls escaped as with
+    /// [`escape_controls`](crate::store::escape_controls)), for display and for the stored user message.
     pub name: String,
     /// The MIME type (`text/plain` for text).
     pub media_type: &'static str,
@@ -155,10 +156,13 @@ pub fn read_attachment(
             limit: limits.max_attachment_bytes,
         });
     }
+    // Escaped so that a name with a newline (or other control) cannot forge an `Attachment <name>:` header or
+    // the stored description line.
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string());
+    let name = crate::store::escape_controls(&name, true).into_owned();
     let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     let (media_type, block) = match sniff(&bytes) {
         Some(Sniffed::Image(media_type)) => (

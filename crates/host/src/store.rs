@@ -555,6 +555,39 @@ pub fn title_from_prompt(prompt: &str, max_chars: usize) -> String {
     bounded_line(line, max_chars)
 }
 
+/// `text` made safe for a terminal: C0/C1 control characters and DEL (except `\n` and `\t` when `single_line` is
+/// false), bidirectional-text controls (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069) and the line/paragraph
+/// separators U+2028/U+2029 become visible escapes such as `\u{1b}`. Borrowed when nothing needs escaping. For
+/// human output only: JSON output keeps the exact text.
+pub fn escape_controls(text: &str, single_line: bool) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| {
+        let kept = !single_line && (c == '\n' || c == '\t');
+        (c.is_control() && !kept)
+            || matches!(
+                c,
+                '\u{61c}'
+                    | '\u{200e}'
+                    | '\u{200f}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2066}'..='\u{2069}'
+                    | '\u{2028}'
+                    | '\u{2029}'
+            )
+    };
+    if !text.chars().any(needs) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `text` with control characters replaced by spaces, cut to at most `max_chars` characters (the last one `…`
 /// when cut).
 pub fn bounded_line(text: &str, max_chars: usize) -> String {
@@ -928,6 +961,18 @@ impl Store {
         row.map(into_thread).transpose()
     }
 
+    /// How many threads the store holds.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    pub fn count_threads(&self) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM threads", [], |r| r.get(0))
+            .map_err(db("counting threads"))?;
+        Ok(to_u64(n))
+    }
+
     /// Up to `limit` threads, most recently updated first.
     ///
     /// # Errors
@@ -1224,6 +1269,23 @@ mod tests {
             total_cost_usd: Some(0.25),
             pending_text: None,
         }
+    }
+
+    #[test]
+    fn escape_controls_makes_terminal_controls_visible() {
+        let check = |text: &str, single_line: bool, expect: &str| {
+            assert_eq!(escape_controls(text, single_line), expect, "{text:?}");
+        };
+        check("plain ünïcode", true, "plain ünïcode");
+        check("q\u{1b}[31mred\u{7}", false, "q\\u{1b}[31mred\\u{7}");
+        check("a\nb\tc\r", false, "a\nb\tc\\u{d}");
+        check("a\nb\tc", true, "a\\u{a}b\\u{9}c");
+        check(
+            "\u{202e}evil\u{2028}x\u{2029}",
+            true,
+            "\\u{202e}evil\\u{2028}x\\u{2029}",
+        );
+        check("\u{9b}\u{7f}", false, "\\u{9b}\\u{7f}");
     }
 
     #[test]
