@@ -159,6 +159,10 @@ pub struct CheckArgs {
     /// Print the report as JSON (`{"rules":[{"id","severity","description","outcome",…}]}`)
     #[arg(long)]
     pub json: bool,
+    /// Allow non-loopback http(s) URLs in the command's arguments (also enabled by
+    /// AWP_AGENT_REMOTE_API_OPT_IN=1)
+    #[arg(long)]
+    pub remote_api_opt_in: bool,
     /// The agent command after `--`: its executable (a relative path is taken from the current directory),
     /// then its arguments
     #[arg(last = true, required = true, value_name = "CMD")]

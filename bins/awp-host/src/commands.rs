@@ -537,6 +537,28 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     Ok(Exit::Ok)
 }
 
+/// Launch-rule evidence in the terms of a `check -- CMD ARGS…` command line: the engine describes launch
+/// failures with the `AWP_AGENT_CLI_*` variables, which the user did not set.
+fn command_line_terms(evidence: &str) -> String {
+    [
+        (
+            "set AWP_AGENT_REMOTE_API_OPT_IN=1 to allow it",
+            "pass --remote-api-opt-in (or set AWP_AGENT_REMOTE_API_OPT_IN=1) to allow it",
+        ),
+        (
+            "AWP_AGENT_CLI_ARGS_JSON argument",
+            "the command's argument (0-based, after the executable)",
+        ),
+        ("AWP_AGENT_CLI_ARGS_JSON", "the command's arguments"),
+        ("AWP_AGENT_CLI_EXECUTABLE", "the command's executable"),
+        ("AWP_AGENT_CLI_ENV_JSON", "the agent's environment"),
+    ]
+    .iter()
+    .fold(evidence.to_owned(), |text, (from, to)| {
+        text.replace(from, to)
+    })
+}
+
 async fn check(args: CheckArgs) -> Result<Exit, Failure> {
     use agentwire_awp::conformance::{CheckPlan, Outcome, run_check};
     let Some((program, rest)) = args.command.split_first() else {
@@ -561,9 +583,16 @@ async fn check(args: CheckArgs) -> Result<Exit, Failure> {
     let mut launch = agentwire_awp::LaunchConfig::new(executable);
     launch.prefix_args = rest.to_vec();
     launch.protocol = protocol;
+    launch.remote_api_opt_in = args.remote_api_opt_in
+        || env_lookup(agentwire_awp::launch::VAR_REMOTE_API_OPT_IN).as_deref() == Some("1");
     let mut plan = CheckPlan::new(launch);
     plan.model = args.model;
-    let report = run_check(plan).await;
+    let mut report = run_check(plan).await;
+    for rule in &mut report.rules {
+        if let Outcome::Fail { evidence } = &mut rule.outcome {
+            *evidence = command_line_terms(evidence);
+        }
+    }
     if args.json {
         let value = serde_json::to_value(&report)
             .map_err(|e| Failure::from_error(Exit::Protocol, "internal", &e))?;

@@ -61,3 +61,59 @@ async fn a_missing_agent_exits_3_and_no_command_exits_2() {
     let out = host.run(&["check"]).await;
     assert_eq!(out.code, 2, "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_url_in_the_command_is_explained_and_can_be_opted_in() {
+    let host = Host::new();
+    let fx = fixture();
+    let fx = fx.to_str().unwrap();
+    let rule = |out: &support::Output| {
+        out.json()["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == "launch_contract")
+            .cloned()
+            .unwrap()
+    };
+    let denied = host
+        .run(&[
+            "check",
+            "--json",
+            "--",
+            fx,
+            "--base",
+            "https://api.example.com",
+        ])
+        .await;
+    assert_eq!(denied.code, 3, "{denied:?}");
+    let evidence = rule(&denied)["evidence"].as_str().unwrap().to_owned();
+    assert!(!evidence.contains("AWP_AGENT_CLI"), "{evidence}");
+    assert!(evidence.contains("the command's argument"), "{evidence}");
+    assert!(evidence.contains("--remote-api-opt-in"), "{evidence}");
+    let flag = host
+        .run(&[
+            "check",
+            "--json",
+            "--remote-api-opt-in",
+            "--",
+            fx,
+            "--base",
+            "https://api.example.com",
+        ])
+        .await;
+    assert_eq!(rule(&flag)["outcome"], "pass", "{flag:?}");
+    let mut child = host.spawn_with_env(
+        &[
+            "check",
+            "--json",
+            "--",
+            fx,
+            "--base",
+            "https://api.example.com",
+        ],
+        &[("AWP_AGENT_REMOTE_API_OPT_IN", "1")],
+    );
+    let env = support::collect(&mut child).await;
+    assert_eq!(rule(&env)["outcome"], "pass", "{env:?}");
+}

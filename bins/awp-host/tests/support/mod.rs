@@ -89,6 +89,19 @@ impl Host {
         cmd.spawn().expect("spawn awp-host")
     }
 
+    /// Starts `awp-host … ARGS` with extra environment variables (stdin left open; collect with [`collect`]).
+    pub fn spawn_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new(agentwire_testkit::bin_path("awp-host"));
+        cmd.arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config-dir")
+            .arg(&self.config)
+            .args(args)
+            .inherit_os_env()
+            .envs(env.iter().copied());
+        cmd.spawn().expect("spawn awp-host")
+    }
+
     /// Runs `awp-host ARGS` to completion with `stdin` written then closed.
     pub async fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Output {
         let mut child = self.spawn(args);
