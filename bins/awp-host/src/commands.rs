@@ -16,7 +16,8 @@ use crate::cli::{AgentsCommand, ChatArgs, CheckArgs, Cli, Command, ThreadsComman
 use crate::exit::Exit;
 use crate::render::{Format, Renderer, failure_message, status_line};
 
-/// Maximum prompt size read from stdin, in bytes (1 MiB). One byte more is a usage error (exit 2).
+/// Maximum prompt size, from stdin or the arguments (joined with spaces), in bytes (1 MiB). One byte more is a
+/// usage error (exit 2, `prompt_too_large`).
 pub const MAX_STDIN_PROMPT_BYTES: u64 = 1024 * 1024;
 
 fn env_lookup(name: &str) -> Option<String> {
@@ -88,7 +89,14 @@ fn read_prompt(args: &[String]) -> Result<String, Failure> {
         _ => false,
     };
     if !from_stdin {
-        return Ok(args.join(" "));
+        let prompt = args.join(" ");
+        if prompt.len() as u64 > MAX_STDIN_PROMPT_BYTES {
+            return Err(usage(
+                "prompt_too_large",
+                format!("the prompt is larger than {MAX_STDIN_PROMPT_BYTES} bytes"),
+            ));
+        }
+        return Ok(prompt);
     }
     let mut bytes = Vec::new();
     std::io::stdin()
@@ -102,8 +110,16 @@ fn read_prompt(args: &[String]) -> Result<String, Failure> {
             format!("the prompt on stdin is larger than {MAX_STDIN_PROMPT_BYTES} bytes"),
         ));
     }
-    String::from_utf8(bytes)
-        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))
+    let mut prompt = String::from_utf8(bytes)
+        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))?;
+    // The newline that ends the last line (`echo`, a here-doc) is not part of the prompt: drop exactly one.
+    if prompt.ends_with('\n') {
+        prompt.pop();
+        if prompt.ends_with('\r') {
+            prompt.pop();
+        }
+    }
+    Ok(prompt)
 }
 
 /// Signals that end a chat: SIGINT (Ctrl-C), SIGTERM and SIGHUP are handled alike.
@@ -257,10 +273,17 @@ async fn chat(
     }
     renderer.finish(&report);
     if let Some(e) = renderer.take_error() {
-        return Err(Failure::from_error(
+        // The turn itself was recorded: say where, since stdout (e.g. `| head`) may be gone.
+        return Err(Failure::new(
             Exit::Protocol,
             "output_write_failed",
-            &e,
+            format!(
+                "writing the output failed: {}; the turn was recorded as thread {}, run {}, status {}",
+                crate::error_chain(&e),
+                report.thread_id,
+                report.run_id,
+                report.status.as_str()
+            ),
         ));
     }
     drop(renderer);

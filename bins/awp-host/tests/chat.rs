@@ -379,3 +379,65 @@ async fn threads_list_says_how_many_more_there_are() {
         assert!(["one", "two", "three"].contains(&title.as_str()), "{all:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdin_prompt_loses_exactly_one_trailing_newline() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    for (input, stored) in [
+        (&b"line\n"[..], "line"),
+        (b"crlf\r\n", "crlf"),
+        (b"two\n\n", "two\n"),
+        (b"none", "none"),
+    ] {
+        let out = host
+            .run_with_stdin(&["chat", "--agent", "fx", "--json", "-"], input)
+            .await;
+        assert_eq!(out.code, 0, "{out:?}");
+        let detail = host.thread(&thread_id(&out)).await;
+        assert_eq!(detail["messages"][0]["content"], stored, "{input:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_in_arguments_has_the_same_1_mib_limit() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    // 16 words joined by 15 spaces: exactly 1 MiB (single arguments are capped at 128 KiB by the OS).
+    let mut words = vec!["a".repeat(65_535); 15];
+    words.push("a".repeat(65_536));
+    let mut args = vec!["chat", "--agent", "fx", "--json"];
+    args.extend(words.iter().map(String::as_str));
+    let out = host.run(&args).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    words.push(String::new());
+    let mut args = vec!["chat", "--agent", "fx", "--json"];
+    args.extend(words.iter().map(String::as_str));
+    // One word more: one more space, one byte over.
+    let out = host.run(&args).await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("(prompt_too_large)"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_stdout_still_reports_the_thread_and_run_ids_on_stderr() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    // stdout is a FIFO whose only reader has already gone: every write of the host fails with EPIPE.
+    let fifo = host.path("out.fifo");
+    let script = format!(
+        "mkfifo '{fifo}' || exit 1; (exec 3<'{fifo}') & exec 4>'{fifo}'; wait; exec '{host_bin}' --data-dir '{data}' --config-dir '{config}' chat --agent fx hello 1>&4 4>&-",
+        fifo = fifo.display(),
+        host_bin = agentwire_testkit::bin_path("awp-host").display(),
+        data = host.data.display(),
+        config = host.config.display(),
+    );
+    let mut cmd = agentwire_process::Command::new("sh");
+    cmd.arg("-c").arg(&script).inherit_os_env();
+    let mut child = cmd.spawn().expect("spawn sh");
+    let out = support::collect(&mut child).await;
+    assert_eq!(out.code, 8, "{out:?}");
+    assert!(out.stderr.contains("(output_write_failed)"), "{out:?}");
+    assert!(out.stderr.contains("thread th_"), "{out:?}");
+    assert!(out.stderr.contains("run run_"), "{out:?}");
+}

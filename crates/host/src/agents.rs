@@ -161,9 +161,12 @@ pub enum ConfigError {
     /// The name is not `[A-Za-z0-9._-]{1,64}`.
     #[error("invalid agent name (expected 1 to 64 of A-Z a-z 0-9 . _ -)")]
     InvalidName,
-    /// Another entry (or a built-in agent) already has this name.
+    /// Another entry already has this name.
     #[error("duplicate agent name")]
     DuplicateName,
+    /// The name belongs to a built-in agent ([`ENV_AGENT`] or [`BUNDLED_AGENT`]).
+    #[error("reserved agent name (`env` and `awp-agent` are built in)")]
+    ReservedName,
     /// A launch rule failed (executable, args, env, model, remote URL).
     #[error("{message}")]
     Launch {
@@ -198,6 +201,7 @@ impl ConfigError {
             ConfigError::UnknownProtocol => "protocol_unknown",
             ConfigError::InvalidName => "agent_name_invalid",
             ConfigError::DuplicateName => "agent_name_duplicate",
+            ConfigError::ReservedName => "agent_name_reserved",
             ConfigError::Launch { launch_code, .. } => launch_code,
             ConfigError::BundledAgentMissing { .. } => "bundled_agent_missing",
             ConfigError::UnknownDefault { .. } => "default_agent_unknown",
@@ -216,6 +220,8 @@ impl ConfigError {
             ] {
                 message = message.replace(var, field);
             }
+            // The file field is a bool.
+            message = message.replace("remote_api_opt_in=1", "remote_api_opt_in = true");
         }
         ConfigError::Launch {
             message,
@@ -402,7 +408,8 @@ impl AgentRegistry {
         bundled_dir: Option<&Path>,
     ) -> Result<AgentRegistry, ConfigError> {
         let mut entries = Vec::new();
-        if lookup(VAR_EXECUTABLE).is_some() {
+        // An empty `AWP_AGENT_CLI_EXECUTABLE=` counts as unset.
+        if lookup(VAR_EXECUTABLE).is_some_and(|v| !v.is_empty()) {
             let executable = lookup(VAR_EXECUTABLE).map(PathBuf::from);
             let (protocol, model, status) = match LaunchConfig::from_vars(lookup) {
                 Ok(Some(launch)) => {
@@ -467,8 +474,10 @@ impl AgentRegistry {
                 for table in raw.agents {
                     let mut entry = entry_from_table(table);
                     let reserved = entry.name == ENV_AGENT || entry.name == BUNDLED_AGENT;
-                    if entry.status.is_ok()
-                        && (reserved || entries.iter().any(|e: &AgentEntry| e.name == entry.name))
+                    if entry.status.is_ok() && reserved {
+                        entry.status = Err(ConfigError::ReservedName);
+                    } else if entry.status.is_ok()
+                        && entries.iter().any(|e: &AgentEntry| e.name == entry.name)
                     {
                         entry.status = Err(ConfigError::DuplicateName);
                     }
@@ -656,6 +665,45 @@ mod tests {
                 (BUNDLED_AGENT, Ok(())),
             ],
         );
+    }
+
+    #[test]
+    fn reserved_names_an_empty_executable_variable_and_the_remote_hint() {
+        let s = setup(Some(
+            r#"
+[[agents]]
+name = "env"
+protocol = "awp-jsonl"
+executable = "$EXE"
+[[agents]]
+name = "awp-agent"
+protocol = "awp-jsonl"
+executable = "$EXE"
+[[agents]]
+name = "remote"
+protocol = "awp-jsonl"
+executable = "$EXE"
+args = ["--base", "https://api.example.com"]
+"#,
+        ));
+        let reg = load(&s, &[(VAR_EXECUTABLE, String::new())]).unwrap();
+        check(
+            &reg,
+            &[
+                ("env", Err("agent_name_reserved")),
+                ("awp-agent", Err("agent_name_reserved")),
+                ("remote", Err("remote_url_not_allowed")),
+                (BUNDLED_AGENT, Ok(())),
+            ],
+        );
+        let message = |name: &str| {
+            let entry = reg.entries().iter().find(|e| e.name == name).unwrap();
+            entry.status.as_ref().unwrap_err().to_string()
+        };
+        assert!(message("env").contains("reserved"), "{}", message("env"));
+        let remote = message("remote");
+        assert!(remote.contains("remote_api_opt_in = true"), "{remote}");
+        assert!(!remote.contains("AWP_AGENT"), "{remote}");
     }
 
     #[test]
