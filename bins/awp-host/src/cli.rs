@@ -13,8 +13,8 @@ Examples:
   awp-host threads list
   awp-host agents list --json
 
-Exit codes: 0 ok, 2 usage, 3 agent unavailable, 6 turn failed, 7 cancelled or timed out,
-8 protocol violation or internal error, 130 second Ctrl-C.
+Exit codes: 0 ok, 2 usage, 3 agent unavailable or thread busy, 6 turn failed, 7 cancelled or timed out,
+8 protocol violation or internal error, 130 second Ctrl-C/SIGTERM/SIGHUP (the agent was killed).
 Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter).";
 
 /// Headless AWP host: chat with agent CLIs, persisted threads, resumable sessions.
@@ -62,7 +62,8 @@ Examples:
 
 Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
 the status line (status, tokens, duration, thread id) and errors go to stderr.
-Ctrl-C cancels the turn (recorded `cancelled`, exit 7); a second Ctrl-C exits at once (exit 130).";
+Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
+process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
 
 /// `chat` arguments.
 #[derive(Debug, Args)]

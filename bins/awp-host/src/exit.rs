@@ -10,16 +10,18 @@ pub enum Exit {
     /// 2: usage error: bad flags, unknown thread or agent name, unreadable/oversized/unsupported attachment or
     /// prompt, invalid configuration file.
     Usage,
-    /// 3: agent unavailable: launch validation failed, executable missing, spawn failure.
+    /// 3: agent unavailable: launch validation failed, executable missing, spawn failure; or the thread is busy
+    /// (`thread_busy`: another turn is running on it).
     AgentUnavailable,
     /// 6: the turn failed: the agent's result was an error, it exited mid-turn, stdin could not be written.
     TurnFailed,
-    /// 7: the turn was cancelled (Ctrl-C) or timed out (idle timeout).
+    /// 7: the turn was cancelled (Ctrl-C, SIGTERM, SIGHUP) or timed out (idle timeout).
     Cancelled,
     /// 8: protocol violation or internal error: stdout line over the limit, invalid session id, a failed
     /// conformance rule, a store failure.
     Protocol,
-    /// 130: a second Ctrl-C during cancellation exited immediately (128 + SIGINT).
+    /// 130: a second Ctrl-C/SIGTERM/SIGHUP during cancellation killed the agent's process group and exited at once
+    /// (128 + SIGINT).
     Interrupted,
 }
 
