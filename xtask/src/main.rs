@@ -83,6 +83,15 @@ fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The cargo target directory: `CARGO_TARGET_DIR` (relative to the workspace root) or `<root>/target`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
 fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
@@ -123,7 +132,8 @@ fn ci(root: &Path) -> Result<()> {
 }
 
 fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
-    let target = root.join("target");
+    // Criterion writes under the target directory, which CARGO_TARGET_DIR may move.
+    let target = target_dir(root);
     let criterion_dir = target.join("criterion");
     let fragments_dir = target.join("bench-results");
     let mut command_line = String::from("cargo xtask bench");
@@ -211,7 +221,7 @@ fn conformance(root: &Path, protocol: &str, command: &[String]) -> Result<()> {
     let mut build = cargo();
     build.args(["build", "--release", "--bins", "--workspace"]);
     run(root, build)?;
-    let bin_dir = root.join("target").join("release");
+    let bin_dir = target_dir(root).join("release");
     let host = bin_dir.join("awp-host");
     let checks: Vec<(String, Vec<String>)> = if command.is_empty() {
         let bin = |name: &str| bin_dir.join(name).display().to_string();
