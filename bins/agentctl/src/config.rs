@@ -53,7 +53,8 @@ pub struct Config {
 
     /// Lines kept of the agent's stderr and of its non-JSON stdout, for /api/v1/output; older lines are dropped
     /// (and counted).
-    #[arg(long, env = "AGENTCTL_OUTPUT_BUFFER_SIZE", default_value_t = 1000)]
+    #[arg(long, env = "AGENTCTL_OUTPUT_BUFFER_SIZE", default_value_t = 1000,
+          value_parser = nonzero_usize)]
     pub output_buffer_size: usize,
 
     /// When set, every endpoint but /health requires `Authorization: Bearer <token>`. Never passed to the agent.
@@ -80,7 +81,7 @@ pub struct Config {
     /// Largest JSON-RPC message in either direction, in bytes (agent stdout line, HTTP body, WebSocket message).
     /// A longer agent line is discarded and reported in /api/v1/output; a longer HTTP body gets 413.
     #[arg(long, env = "AGENTCTL_MAX_MESSAGE_BYTES", default_value_t = DEFAULT_MAX_MESSAGE_BYTES,
-          value_parser = clap::value_parser!(usize))]
+          value_parser = nonzero_usize)]
     pub max_message_bytes: usize,
 
     /// Messages queued per /api/v1/acp/stream or /api/v1/output/stream subscriber; a subscriber that falls this
@@ -95,11 +96,13 @@ pub struct Config {
     pub subscriber_queue_bytes: usize,
 
     /// Largest number of WebSocket subscribers per stream; one more gets 503.
-    #[arg(long, env = "AGENTCTL_MAX_SUBSCRIBERS", default_value_t = 64)]
+    #[arg(long, env = "AGENTCTL_MAX_SUBSCRIBERS", default_value_t = 64,
+          value_parser = nonzero_usize)]
     pub max_subscribers: usize,
 
     /// Largest number of /api/v1/acp/call requests waiting for the agent at once; one more gets 503.
-    #[arg(long, env = "AGENTCTL_MAX_PENDING_CALLS", default_value_t = 1024)]
+    #[arg(long, env = "AGENTCTL_MAX_PENDING_CALLS", default_value_t = 1024,
+          value_parser = nonzero_usize)]
     pub max_pending_calls: usize,
 
     /// Largest number of agent requests waiting for a subscriber's answer; one more is answered at once with
@@ -113,7 +116,8 @@ pub struct Config {
 
     /// Longest /api/v1/output line, in bytes: a longer stderr line is split into pieces of this size; a longer
     /// non-JSON stdout line is cut and ends with `… [N bytes cut]`.
-    #[arg(long, env = "AGENTCTL_MAX_OUTPUT_LINE_BYTES", default_value_t = 16 * 1024)]
+    #[arg(long, env = "AGENTCTL_MAX_OUTPUT_LINE_BYTES", default_value_t = 16 * 1024,
+          value_parser = nonzero_usize)]
     pub max_output_line_bytes: usize,
 
     /// Stop ladder: how long the agent gets to exit after its stdin is closed, in milliseconds, before SIGTERM
@@ -137,7 +141,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Checks what clap cannot: the agent command splits into words, and a non-loopback listen address comes with
+    /// Checks what clap cannot: the agent command splits into words, the workdir (when set) is an existing
+    /// directory, and a non-loopback listen address comes with
     /// a token.
     ///
     /// # Errors
@@ -145,6 +150,13 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Err(error) = self.agent_argv() {
             anyhow::bail!("AGENTCTL_AGENT_COMMAND: {error}");
+        }
+        if let Some(dir) = &self.workdir {
+            match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => anyhow::bail!("AGENTCTL_WORKDIR {}: not a directory", dir.display()),
+                Err(error) => anyhow::bail!("AGENTCTL_WORKDIR {}: {error}", dir.display()),
+            }
         }
         if !self.listen_host.is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
             anyhow::bail!(
@@ -193,6 +205,16 @@ impl Config {
             .map(|name| name.trim().to_owned())
             .filter(|name| !name.is_empty() && name != "AGENTCTL_TOKEN")
             .collect()
+    }
+}
+
+/// Parses a limit that must be at least 1 (a zero limit would leave agentctl unable to do its job): clap refuses
+/// `0` at boot with exit status 2, like `AGENTCTL_SUBSCRIBER_QUEUE=0`.
+fn nonzero_usize(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(value) => Ok(value),
+        Err(error) => Err(error.to_string()),
     }
 }
 
@@ -281,6 +303,46 @@ mod tests {
         assert!(!config.auto_approve_permissions);
         assert_eq!(config.request_timeout_ms, 600_000);
         assert_eq!(config.max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn zero_limits_are_refused_at_boot() {
+        for flag in [
+            "--max-message-bytes",
+            "--max-subscribers",
+            "--max-pending-calls",
+            "--output-buffer-size",
+            "--max-output-line-bytes",
+        ] {
+            let error = Config::try_parse_from(["agentctl", flag, "0"]).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{flag}");
+            assert!(
+                error.to_string().contains("must be at least 1"),
+                "{flag}: {error}"
+            );
+            let config = Config::try_parse_from(["agentctl", flag, "1"]).unwrap();
+            assert!(config.validate().is_ok(), "{flag} 1");
+        }
+    }
+
+    #[test]
+    fn workdir_must_be_an_existing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let check = |path: &std::path::Path| {
+            Config::try_parse_from(["agentctl", "--workdir", path.to_str().unwrap()])
+                .unwrap()
+                .validate()
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(check(dir.path()), Ok(()));
+        assert!(check(&file).unwrap_err().contains("not a directory"));
+        assert!(
+            check(&dir.path().join("missing"))
+                .unwrap_err()
+                .contains("AGENTCTL_WORKDIR")
+        );
     }
 
     #[test]

@@ -153,6 +153,7 @@ async fn call(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_rejection)?;
+    reject_lone_surrogates(&body)?;
     let request: CallBody<'_> = parse_json(&body)?;
     if request.method.is_empty() {
         return Err(ApiError::new(
@@ -182,6 +183,7 @@ async fn send(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let body = body.map_err(body_rejection)?;
+    reject_lone_surrogates(&body)?;
     app.relay.send(&body)?;
     Ok(Json(serde_json::json!({"status": "sent"})))
 }
@@ -407,6 +409,23 @@ fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
         }
         _ => ApiError::new(ErrorKind::BadRequest, format!("malformed json: {error}")),
     })
+}
+
+/// Refuses a body whose JSON strings contain an unpaired surrogate escape (`"\ud800"`) with 400 `bad_request`.
+///
+/// Such text is not valid Unicode (RFC 8259 §8.2): forwarded verbatim, the agent answers a parse error with id
+/// `null` and the call would wait for its whole timeout. Bodies without any `\u` escape skip the full parse.
+fn reject_lone_surrogates(body: &[u8]) -> Result<(), ApiError> {
+    if !body.windows(2).any(|pair| pair == b"\\u") {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Err(error) if error.classify() == serde_json::error::Category::Syntax => Err(
+            ApiError::new(ErrorKind::BadRequest, format!("malformed json: {error}")),
+        ),
+        // Other failures are reported (with the usual codes) by the parse that follows.
+        Ok(_) | Err(_) => Ok(()),
+    }
 }
 
 fn body_rejection(rejection: BytesRejection) -> ApiError {

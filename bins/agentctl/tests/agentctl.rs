@@ -927,3 +927,103 @@ async fn the_kandev_simplified_dialect_is_relayed_unchanged() {
     assert_eq!(last["params"]["exit_code"], 0);
     assert_eq!(ctl.status().await["agent_status"], "exited");
 }
+
+#[tokio::test]
+async fn a_lone_surrogate_in_a_body_gets_400_up_front() {
+    let ctl = Agentctl::acp("echo").await;
+    ctl.start_agent().await;
+    let call = r#"{"method":"x","params":{"t":"\ud800"},"timeout_ms":60000}"#;
+    check_error(
+        ctl.post_raw("/api/v1/acp/call", call).await,
+        400,
+        "bad_request",
+    );
+    let trailing = r#"{"method":"x","params":{"t":"a\uDC00b"}}"#;
+    check_error(
+        ctl.post_raw("/api/v1/acp/call", trailing).await,
+        400,
+        "bad_request",
+    );
+    for send in [
+        r#"{"method":"x","params":{"t":"\ud800"}}"#,
+        r#"{"id":5,"method":"x","params":["\ud800x"]}"#,
+    ] {
+        check_error(
+            ctl.post_raw("/api/v1/acp/send", send).await,
+            400,
+            "bad_request",
+        );
+    }
+    assert_eq!(ctl.status().await["pending_calls"], 0);
+    // A well-formed pair and an escaped backslash before `u` still pass.
+    let (status, body) = ctl
+        .post_raw(
+            "/api/v1/acp/send",
+            r#"{"method":"x","params":{"t":"\ud83d\ude00 \\ud800"}}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Runs agentctl with `env` until it exits; returns (exit code, stdout, stderr).
+async fn boot_failure(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut command = agentwire_process::Command::new(env!("CARGO_BIN_EXE_agentctl"));
+    command.env("AGENTCTL_PORT", "0");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("spawn agentctl");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let mut text = Vec::new();
+    tokio::time::timeout(support::WAIT, async {
+        while let Some(item) = stdout.next().await {
+            if let agentwire_process::StdoutItem::Bytes(bytes) = item {
+                text.extend_from_slice(&bytes);
+            }
+        }
+    })
+    .await
+    .expect("agentctl closes stdout");
+    let status = tokio::time::timeout(support::WAIT, child.wait())
+        .await
+        .expect("agentctl exits");
+    child.stderr_tail().finished().await;
+    (
+        status.code,
+        String::from_utf8_lossy(&text).into_owned(),
+        child.stderr_tail().tail_lossy(),
+    )
+}
+
+#[tokio::test]
+async fn a_bad_workdir_fails_at_boot_before_the_listening_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = dir.path().join("missing");
+    for path in [missing.to_str().unwrap(), file.to_str().unwrap()] {
+        let (code, stdout, stderr) = boot_failure(&[("AGENTCTL_WORKDIR", path)]).await;
+        assert_eq!(code, Some(1), "{path}: {stderr}");
+        assert_eq!(stdout, "", "{path}");
+        assert!(stderr.contains("AGENTCTL_WORKDIR"), "{path}: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn zero_limits_fail_at_boot_with_exit_2() {
+    for variable in [
+        "AGENTCTL_MAX_MESSAGE_BYTES",
+        "AGENTCTL_MAX_SUBSCRIBERS",
+        "AGENTCTL_MAX_PENDING_CALLS",
+        "AGENTCTL_OUTPUT_BUFFER_SIZE",
+        "AGENTCTL_MAX_OUTPUT_LINE_BYTES",
+    ] {
+        let (code, stdout, stderr) = boot_failure(&[(variable, "0")]).await;
+        assert_eq!(code, Some(2), "{variable}: {stderr}");
+        assert_eq!(stdout, "", "{variable}");
+        assert!(
+            stderr.contains("must be at least 1"),
+            "{variable}: {stderr}"
+        );
+    }
+}
