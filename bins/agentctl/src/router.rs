@@ -160,6 +160,18 @@ pub enum RouterError {
     /// An answer's `error` is not `{code: integer, message: string, data?}`.
     #[error("error must be an object with an integer code and a string message")]
     InvalidErrorObject,
+    /// A request's id is neither an integer nor a string (`null`, `1.5`, an object, …).
+    #[error("request id {id} must be an integer or a string")]
+    InvalidId {
+        /// The id, as JSON text.
+        id: String,
+    },
+    /// `params` is present but neither an object nor an array (JSON-RPC 2.0 §4.2).
+    #[error("params must be an object or an array when present")]
+    InvalidParams,
+    /// The method name is empty.
+    #[error("method must not be empty")]
+    EmptyMethod,
 }
 
 impl RouterError {
@@ -171,6 +183,9 @@ impl RouterError {
             RouterError::NoPendingRequest { .. } => "no_pending_request",
             RouterError::NotAMessage => "not_a_message",
             RouterError::InvalidErrorObject => "invalid_error_object",
+            RouterError::InvalidId { .. } => "invalid_id",
+            RouterError::InvalidParams => "invalid_params",
+            RouterError::EmptyMethod => "empty_method",
         }
     }
 }
@@ -294,12 +309,14 @@ impl Router {
     /// `clientCapabilities.fs.readTextFile`/`writeTextFile` turns on local `fs/*` serving.
     ///
     /// # Errors
+    /// [`RouterError::EmptyMethod`], [`RouterError::InvalidParams`] (params neither object nor array),
     /// [`RouterError::TooManyPendingCalls`] at [`RouterLimits::max_pending_calls`]; nothing is queued.
     pub fn begin_call(
         &mut self,
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<CallId, RouterError> {
+        check_method_and_params(method, params)?;
         if self.calls.len() >= self.limits.max_pending_calls {
             return Err(RouterError::TooManyPendingCalls {
                 limit: self.limits.max_pending_calls,
@@ -330,10 +347,12 @@ impl Router {
     ///
     /// # Errors
     /// [`RouterError::NotAMessage`], [`RouterError::ReservedId`], [`RouterError::NoPendingRequest`],
-    /// [`RouterError::InvalidErrorObject`]; nothing is queued then.
+    /// [`RouterError::InvalidErrorObject`], [`RouterError::InvalidId`], [`RouterError::InvalidParams`],
+    /// [`RouterError::EmptyMethod`]; nothing is queued then.
     pub fn handle_client_message(&mut self, body: &[u8]) -> Result<(), RouterError> {
         match envelope::peek(body) {
             Envelope::Notification { method, params } => {
+                check_method_and_params(&method, params)?;
                 let line = envelope::request_line(None, &method, params);
                 self.actions
                     .push_back(Action::WriteToAgent(Bytes::from(line)));
@@ -343,6 +362,12 @@ impl Router {
                 Ok(())
             }
             Envelope::Request { id, method, params } => {
+                if !is_integer_or_string(id.get()) {
+                    return Err(RouterError::InvalidId {
+                        id: id.get().to_owned(),
+                    });
+                }
+                check_method_and_params(&method, params)?;
                 if call_number(id.get()).is_some() || is_reserved_id(id.get()) {
                     return Err(RouterError::ReservedId {
                         id: id.get().to_owned(),
@@ -593,6 +618,34 @@ impl Router {
 }
 
 /// The call number of an id in agentctl's space (`"agentctl-<n>"`), if it is one.
+/// A client request's method is not empty and its params, when present, are an object or an array
+/// (JSON-RPC 2.0 §4.2: "params … MUST be a Structured value").
+fn check_method_and_params(method: &str, params: Option<&RawValue>) -> Result<(), RouterError> {
+    if method.is_empty() {
+        return Err(RouterError::EmptyMethod);
+    }
+    if let Some(params) = params
+        && !matches!(
+            params.get().trim_start().as_bytes().first(),
+            Some(b'{' | b'[')
+        )
+    {
+        return Err(RouterError::InvalidParams);
+    }
+    Ok(())
+}
+
+/// A JSON-RPC id agentctl relays: a string or an integer (no fraction, no exponent); JSON-RPC 2.0 §4 allows
+/// `null` and fractions but discourages both, and neither can be matched back reliably.
+fn is_integer_or_string(id: &str) -> bool {
+    let id = id.trim();
+    match id.as_bytes().first() {
+        Some(b'"') => true,
+        Some(b'-' | b'0'..=b'9') => id.bytes().skip(1).all(|b| b.is_ascii_digit()),
+        _ => false,
+    }
+}
+
 fn call_number(id: &str) -> Option<CallId> {
     let text: String = serde_json::from_str(id).ok()?;
     text.strip_prefix(CALL_ID_PREFIX)?.parse().ok()
@@ -1025,5 +1078,40 @@ mod tests {
             &[r#"broadcast {"method":"session/update","params":{}}"#],
         );
         assert_eq!(h.router.stats().non_rpc_messages, 1);
+    }
+
+    #[test]
+    fn ids_must_be_integers_or_strings_params_structured_and_methods_named() {
+        let mut h = Harness::new(RouterLimits::default(), false);
+        for (body, code) in [
+            (r#"{"id":null,"method":"x"}"#, "invalid_id"),
+            (r#"{"id":1.5,"method":"x"}"#, "invalid_id"),
+            (r#"{"id":1e3,"method":"x"}"#, "invalid_id"),
+            (r#"{"id":{"a":1},"method":"x"}"#, "invalid_id"),
+            (r#"{"id":[1],"method":"x"}"#, "invalid_id"),
+            (r#"{"id":true,"method":"x"}"#, "invalid_id"),
+            (r#"{"id":1,"method":"x","params":5}"#, "invalid_params"),
+            (r#"{"method":"x","params":"s"}"#, "invalid_params"),
+            (r#"{"method":"x","params":null}"#, "invalid_params"),
+            (r#"{"method":""}"#, "empty_method"),
+            (r#"{"id":1,"method":""}"#, "empty_method"),
+        ] {
+            assert_eq!(h.send(body).unwrap_err().code(), code, "{body}");
+        }
+        for params in ["5", "\"s\"", "null", "true"] {
+            let err = h.call("x", Some(params)).unwrap_err();
+            assert_eq!(err.code(), "invalid_params", "{params}");
+        }
+        assert_eq!(h.call("", None).unwrap_err().code(), "empty_method");
+        check(h.actions(), &[]);
+        check(
+            h.send(r#"{"id":-7,"method":"x","params":[]}"#).unwrap(),
+            &[r#"write {"jsonrpc":"2.0","id":-7,"method":"x","params":[]}"#],
+        );
+        check(
+            h.send(r#"{"id":"s","method":"x","params":{}}"#).unwrap(),
+            &[r#"write {"jsonrpc":"2.0","id":"s","method":"x","params":{}}"#],
+        );
+        h.call("x", Some("[1]")).unwrap();
     }
 }

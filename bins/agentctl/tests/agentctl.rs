@@ -602,7 +602,7 @@ async fn a_body_over_the_message_limit_gets_413() {
         Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_MESSAGE_BYTES", "1000");
     let ctl = Agentctl::start(options).await;
     ctl.start_agent().await;
-    let body = |len: usize| format!(r#"{{"method":"x","params":"{}"}}"#, "a".repeat(len - 26));
+    let body = |len: usize| format!(r#"{{"method":"x","params":["{}"]}}"#, "a".repeat(len - 28));
     assert_eq!(body(1000).len(), 1000);
     let (status, answer) = ctl.post_raw("/api/v1/acp/call", body(1000)).await;
     assert_eq!(status, 200, "exactly at the limit: {answer}");
@@ -1026,4 +1026,34 @@ async fn zero_limits_fail_at_boot_with_exit_2() {
             "{variable}: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn unstructured_params_bad_ids_and_empty_methods_get_400_validation_error() {
+    let ctl = Agentctl::acp("echo").await;
+    ctl.start_agent().await;
+    for body in [
+        r#"{"method":"x","params":5}"#,
+        r#"{"method":"x","params":"s"}"#,
+    ] {
+        check_error(
+            ctl.post_raw("/api/v1/acp/call", body).await,
+            400,
+            "validation_error",
+        );
+    }
+    for body in [
+        r#"{"id":null,"method":"x"}"#,
+        r#"{"id":1.5,"method":"x"}"#,
+        r#"{"id":{"a":1},"method":"x"}"#,
+        r#"{"id":1,"method":"x","params":5}"#,
+        r#"{"method":"x","params":5}"#,
+        r#"{"method":""}"#,
+        r#"{"id":2,"method":""}"#,
+    ] {
+        let (status, answer) = ctl.post_raw("/api/v1/acp/send", body).await;
+        check_error((status, answer.clone()), 400, "validation_error");
+        assert!(answer["details"]["code"].is_string(), "{body}: {answer}");
+    }
+    assert_eq!(ctl.status().await["pending_calls"], 0);
 }
