@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -46,6 +46,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/v1/output/stream", get(output_stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_oversized_content_length,
+        ))
         .layer(middleware::from_fn_with_state(app.clone(), require_token))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(app)
@@ -58,6 +62,33 @@ async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next
     {
         return ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
             .into_response();
+    }
+    next.run(request).await
+}
+
+/// Answers 413 from the `Content-Length` header alone when it announces more than `AGENTCTL_MAX_MESSAGE_BYTES`,
+/// without waiting for a body that may never come. Bodies without the header are still cut at the limit while
+/// they are read.
+async fn refuse_oversized_content_length(
+    State(app): State<Arc<App>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    let limit = u64::try_from(app.config.max_message_bytes).unwrap_or(u64::MAX);
+    if let Some(length) = announced
+        && length > limit
+    {
+        return ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            "body is larger than AGENTCTL_MAX_MESSAGE_BYTES",
+        )
+        .with_details(serde_json::json!({"content_length": length, "limit": limit}))
+        .into_response();
     }
     next.run(request).await
 }

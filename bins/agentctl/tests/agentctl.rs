@@ -1057,3 +1057,31 @@ async fn unstructured_params_bad_ids_and_empty_methods_get_400_validation_error(
     }
     assert_eq!(ctl.status().await["pending_calls"], 0);
 }
+
+#[tokio::test]
+async fn an_oversized_content_length_gets_413_without_waiting_for_the_body() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let options =
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_MESSAGE_BYTES", "1000");
+    let ctl = Agentctl::start(options).await;
+    for (length, expect) in [("99999999999", "413"), ("1001", "413")] {
+        let mut tcp = tokio::net::TcpStream::connect(&ctl.addr).await.unwrap();
+        let head = format!(
+            "POST /api/v1/acp/send HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = vec![0; 12];
+        tokio::time::timeout(support::WAIT, tcp.read_exact(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&answer),
+            format!("HTTP/1.1 {expect}"),
+            "{length}"
+        );
+    }
+    // Exactly at the limit the header passes and the body is read (here: 1000 bytes of malformed JSON).
+    let (status, body) = ctl.post_raw("/api/v1/acp/send", "x".repeat(1000)).await;
+    check_error((status, body), 400, "bad_request");
+}
