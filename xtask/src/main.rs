@@ -150,7 +150,8 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
         }
         std::fs::create_dir_all(&fragments_dir)?;
         let mut cmd = cargo();
-        cmd.args(["bench", "--workspace", "--"]);
+        // `--benches`: only bench targets; libtest harnesses of libs and bins reject criterion's flags.
+        cmd.args(["bench", "--workspace", "--benches", "--"]);
         if quick {
             cmd.args(["--warm-up-time", "0.5", "--measurement-time", "1"]);
         }

@@ -779,8 +779,20 @@ mod tests {
         }
     }
 
+    /// Compares actions as `(verb, JSON value)`: key order inside a JSON object depends on serde_json's
+    /// `preserve_order` feature, which feature unification turns on in a workspace-wide build.
     fn check(got: Vec<String>, expect: &[&str]) {
-        let expect: Vec<String> = expect.iter().map(|s| (*s).to_owned()).collect();
+        fn normalize(action: &str) -> (String, Option<serde_json::Value>) {
+            match action.split_once(' ') {
+                Some((verb, rest)) => match serde_json::from_str(rest) {
+                    Ok(value) => (verb.to_owned(), Some(value)),
+                    Err(_) => (action.to_owned(), None),
+                },
+                None => (action.to_owned(), None),
+            }
+        }
+        let got: Vec<_> = got.iter().map(|a| normalize(a)).collect();
+        let expect: Vec<_> = expect.iter().map(|a| normalize(a)).collect();
         assert_eq!(got, expect);
     }
 
