@@ -140,6 +140,8 @@ pub async fn collect(child: &mut Child) -> Output {
             }
         }
         let status = child.wait().await;
+        // The exit does not mean stderr was read: wait for its collection to end (EOF or the drain window).
+        child.stderr_tail().finished().await;
         (bytes, status)
     };
     let (bytes, status) = tokio::time::timeout(RUN_TIMEOUT, work)
