@@ -13,9 +13,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Session ids are `[A-Za-z0-9._:-]{1,256}` (AWP agent CLI protocol, "Resume and delivery semantics").
-pub const MAX_SESSION_ID_BYTES: usize = 256;
-
 /// Ids up to this length are stored as `<id>.json`; longer ones as `<first 200 bytes>~<fnv64 hex>.json`
 /// (file names are limited to 255 bytes).
 pub const MAX_PLAIN_FILE_ID_BYTES: usize = 200;
@@ -110,13 +107,9 @@ impl SessionError {
     }
 }
 
-/// `true` when `id` matches `[A-Za-z0-9._:-]{1,256}`.
+/// `true` when `id` matches `[A-Za-z0-9._:-]{1,256}` (the protocol's rule, as `agentwire_awp::SessionId` checks it).
 pub fn is_valid_session_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_SESSION_ID_BYTES
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    agentwire_awp::SessionId::new(id).is_ok()
 }
 
 /// A fresh session id: `awp-` + 32 lowercase hex digits (128 random bits from the OS).
