@@ -245,6 +245,7 @@ async fn chat(
         model: args.model.clone(),
         prompt,
         attachments,
+        title: None,
     };
     let stdout = std::io::stdout();
     let mut renderer = Renderer::new(format, stdout.lock());

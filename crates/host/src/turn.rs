@@ -46,6 +46,22 @@ pub struct TurnOptions {
     /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with detail [`ABORTED`].
     /// Default `None` (never aborts).
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Called once, right after the run (and the user message) were committed and before the agent is started,
+    /// with the thread and run ids: a detached caller returns the durable run id from here. Default `None`.
+    pub on_run_recorded: Option<RunRecordedHook>,
+}
+
+/// See [`TurnOptions::on_run_recorded`]: called with the thread and run ids of the recorded run.
+#[derive(Clone)]
+pub struct RunRecordedHook(pub std::sync::Arc<RunRecordedFn>);
+
+/// The function inside a [`RunRecordedHook`].
+pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) + Send + Sync;
+
+impl std::fmt::Debug for RunRecordedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunRecordedHook(..)")
+    }
 }
 
 /// `AgentSession::send_turn` code of a failed stdin write (reported as `agent_exited_mid_turn`).
@@ -83,6 +99,7 @@ impl Default for TurnOptions {
             max_tool_summary_chars: 120,
             acp_permissions: AcpPermissions::default(),
             abort: None,
+            on_run_recorded: None,
         }
     }
 }
@@ -98,6 +115,8 @@ pub struct TurnRequest {
     pub prompt: String,
     /// Attachments, sent after the prompt's text block.
     pub attachments: Vec<Attachment>,
+    /// Title of a new thread; `None` derives it from the prompt's first line.
+    pub title: Option<String>,
 }
 
 /// Why a turn could not start; no run was recorded.
@@ -478,9 +497,13 @@ pub async fn run_turn(
         model,
         prompt: &stored_prompt,
         resumed_session_id: resume.as_ref().map(SessionId::as_str),
+        title: request.title.as_deref(),
     })?;
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
+    if let Some(hook) = &options.on_run_recorded {
+        (hook.0)(&thread_id, &run_id);
+    }
     let mut recorder = Recorder {
         store,
         guard,

@@ -27,6 +27,7 @@ fn request(prompt: &str) -> TurnRequest {
         model: None,
         prompt: prompt.to_owned(),
         attachments: Vec::new(),
+        title: None,
     }
 }
 

@@ -24,6 +24,7 @@ fn request(thread: Option<ThreadId>, prompt: &str) -> TurnRequest {
         model: None,
         prompt: prompt.to_owned(),
         attachments: Vec::new(),
+        title: None,
     }
 }
 
