@@ -221,14 +221,15 @@ enum AgentRunner {
 
 impl AgentRunner {
     async fn start(
-        protocol: AgentProtocol,
+        agent: &AgentSpec,
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         options: &TurnOptions,
     ) -> Result<Self, (String, String)> {
-        if protocol == AgentProtocol::Acp {
+        if agent.protocol == AgentProtocol::Acp {
             return AcpRunner::start(
                 plan,
+                agent.max_line_bytes,
                 resume.as_ref(),
                 options.cwd.as_deref(),
                 options.idle_timeout,
@@ -242,6 +243,7 @@ impl AgentRunner {
         session_options.idle_timeout = options.idle_timeout;
         session_options.cwd = options.cwd.clone();
         session_options.resumed_from = resume;
+        session_options.limits.max_line_bytes = agent.max_line_bytes;
         match AgentSession::spawn(plan, session_options).await {
             Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
             Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
@@ -547,11 +549,10 @@ pub async fn run_turn(
 
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let drive = async {
-        let mut runner =
-            match AgentRunner::start(agent.protocol, &plan, resume.clone(), options).await {
-                Ok(runner) => runner,
-                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
-            };
+        let mut runner = match AgentRunner::start(agent, &plan, resume.clone(), options).await {
+            Ok(runner) => runner,
+            Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+        };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;
@@ -637,6 +638,13 @@ pub async fn run_turn(
             (status_of(code), Some(code.clone()), detail.clone())
         }
     };
+    if error_code.as_deref() == Some(codes::STDOUT_LINE_TOO_LONG) {
+        let detail = error_detail.take().unwrap_or_default();
+        error_detail = Some(format!(
+            "{detail} (the limit is agent `{}`'s max_line_bytes = {} in agents.toml)",
+            agent.name, agent.max_line_bytes
+        ));
+    }
     if recorder.invalid_session_id && status == RunStatus::Succeeded {
         status = RunStatus::Failed;
         error_code = Some(INVALID_SESSION_ID.to_owned());
