@@ -44,6 +44,10 @@ pub enum RunSignal {
 /// Where a [`RunManager`] sends each run's [`RunSignal`]s (e.g. the local control plane's event hub).
 pub type RunEvents = Arc<dyn Fn(&RunId, RunSignal) + Send + Sync>;
 
+/// Environment variables for the agent of a recorded run (thread, run): see
+/// [`TurnOptions::on_run_recorded`](crate::turn::TurnOptions::on_run_recorded).
+pub type AgentEnv = Arc<dyn Fn(&ThreadId, &RunId) -> Vec<(String, String)> + Send + Sync>;
+
 /// What to run.
 #[derive(Clone, Debug, Default)]
 pub struct DetachedRequest {
@@ -130,6 +134,7 @@ pub struct RunManager {
     registry: Arc<AgentRegistry>,
     options: TurnOptions,
     events: RunEvents,
+    agent_env: Option<AgentEnv>,
     live: Mutex<Live>,
 }
 
@@ -162,8 +167,16 @@ impl RunManager {
             registry,
             options,
             events,
+            agent_env: None,
             live: Mutex::new(Live::default()),
         }
+    }
+
+    /// Sets the environment added to each run's agent (e.g. a run-scoped local-control token), computed once the
+    /// run is recorded. Default: nothing added.
+    pub fn with_agent_env(mut self, agent_env: AgentEnv) -> RunManager {
+        self.agent_env = Some(agent_env);
+        self
     }
 
     /// The runs live in this manager.
@@ -232,6 +245,10 @@ impl RunManager {
                         thread_id: thread.clone(),
                         run_id: run.clone(),
                     });
+                }
+                match &manager.agent_env {
+                    Some(env) => env(thread, run),
+                    None => Vec::new(),
                 }
             }))
         };

@@ -47,16 +47,20 @@ pub struct TurnOptions {
     /// Default `None` (never aborts).
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
     /// Called once, right after the run (and the user message) were committed and before the agent is started,
-    /// with the thread and run ids: a detached caller returns the durable run id from here. Default `None`.
+    /// with the thread and run ids: a detached caller returns the durable run id from here. The variables it
+    /// returns are added to the agent's environment for this launch (e.g. a run-scoped `DEEPCHAT_CLI_AGENT_TOKEN`
+    /// and a `PATH` with the `deepchat` binary's directory first); they win over the agent's configured ones.
+    /// Default `None`.
     pub on_run_recorded: Option<RunRecordedHook>,
 }
 
-/// See [`TurnOptions::on_run_recorded`]: called with the thread and run ids of the recorded run.
+/// See [`TurnOptions::on_run_recorded`]: called with the thread and run ids of the recorded run; returns
+/// environment variables to add to the agent's launch.
 #[derive(Clone)]
 pub struct RunRecordedHook(pub std::sync::Arc<RunRecordedFn>);
 
 /// The function inside a [`RunRecordedHook`].
-pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) + Send + Sync;
+pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) -> Vec<(String, String)> + Send + Sync;
 
 impl std::fmt::Debug for RunRecordedHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -479,7 +483,7 @@ pub async fn run_turn(
         .as_deref()
         .or(agent.launch.default_model.as_deref());
     // ACP agents get no `--model`/`--resume` flags: the session is resumed with `session/load`.
-    let plan = if agent.protocol == AgentProtocol::Acp {
+    let mut plan = if agent.protocol == AgentProtocol::Acp {
         agent.launch.plan(None, None, None)
     } else {
         agent
@@ -504,7 +508,10 @@ pub async fn run_turn(
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
     if let Some(hook) = &options.on_run_recorded {
-        (hook.0)(&thread_id, &run_id);
+        for (key, value) in (hook.0)(&thread_id, &run_id) {
+            plan.env.retain(|(k, _)| *k != key);
+            plan.env.push((key, value));
+        }
     }
     let mut recorder = Recorder {
         store,

@@ -166,3 +166,31 @@ async fn shutdown_cancels_live_runs_records_their_end_and_refuses_new_ones() {
         .expect_err("shutting down");
     assert!(matches!(err, StartError::ShuttingDown), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_env_hook_reaches_the_agent_of_that_run_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let events: RunEvents = Arc::new(move |run: &RunId, signal: RunSignal| {
+        let _ = tx.send((run.clone(), signal));
+    });
+    let manager = RunManager::new(
+        tmp.path().join("data"),
+        registry(tmp.path()),
+        TurnOptions::default(),
+        events,
+    )
+    .with_agent_env(Arc::new(|_thread, run| {
+        vec![("FIXTURE_RUN_TOKEN".to_owned(), format!("token-for-{run}"))]
+    }));
+    let manager = Arc::new(manager);
+    let started = manager
+        .start(request("fx", "env:FIXTURE_RUN_TOKEN"))
+        .await
+        .expect("started");
+    let (report, _) = ended(&mut rx, &started.run_id).await;
+    assert_eq!(
+        report.assistant_text,
+        format!("echo: env:FIXTURE_RUN_TOKEN=token-for-{}", started.run_id)
+    );
+}
