@@ -288,11 +288,15 @@ impl ApprovalBroker {
         resolution: Resolution,
         now: Instant,
     ) -> Result<(), ApprovalError> {
-        let (expired, status) = match self.entries.get(&id) {
-            Some(entry) if entry.scope == scope => (entry.expires_at <= now, entry.status),
-            _ => return Err(ApprovalError::NotFound),
-        };
+        let found = self
+            .entries
+            .get(&id)
+            .filter(|entry| entry.scope == scope)
+            .map(|entry| (entry.expires_at <= now, entry.status));
         self.handle_timeout(now);
+        let Some((expired, status)) = found else {
+            return Err(ApprovalError::NotFound);
+        };
         if expired {
             return Err(ApprovalError::Expired);
         }
