@@ -41,7 +41,7 @@ impl Harness {
         let id = self
             .broker
             .create(NewApproval::new(TOOL, scope, method, args), now)
-            .unwrap()
+            .expect("valid approval")
             .id;
         self.events();
         id
