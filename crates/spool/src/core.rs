@@ -425,6 +425,22 @@ impl SpoolCore {
         Ok(record)
     }
 
+    /// Removes the published artifact `id` without an ownership check and returns whether it was there: for the
+    /// producer's own cleanup when a request fails after some of its outputs were published (DeepChat's
+    /// `discard`). Never expose it to callers, who must use [`SpoolCore::delete`].
+    pub fn discard(&mut self, id: &ArtifactId) -> bool {
+        match self.entries.get(id) {
+            Some(Entry {
+                state: State::Published(_),
+                ..
+            }) => {
+                self.remove(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Removes every published artifact whose expiry is at or before `now` and returns their ids (the caller
     /// unlinks the files). Pending artifacts do not expire: their writer owns them until publish or abort.
     pub fn sweep_expired(&mut self, now: Instant) -> Vec<ArtifactId> {
@@ -718,6 +734,17 @@ mod tests {
         core.publish(&id(2), 0, [0; 32], 0, start).unwrap();
         assert_eq!(core.delete("alice", &id(2), start).unwrap().id, id(2));
         assert_eq!(core.owner_usage("alice"), Usage::default());
+
+        core.begin(id(3), spec("alice", "c", "r")).unwrap();
+        assert!(
+            !core.discard(&id(3)),
+            "a pending artifact belongs to its writer"
+        );
+        core.reserve(&id(3), 2).unwrap();
+        core.publish(&id(3), 2, [0; 32], 0, start).unwrap();
+        assert!(core.discard(&id(3)));
+        assert!(!core.discard(&id(3)));
+        assert_eq!(core.total_usage(), Usage::default());
     }
 
     #[test]

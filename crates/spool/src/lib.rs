@@ -21,6 +21,7 @@
 //!   [`SpoolCore`], whose reservations are released on abort, delete or expiry.
 //! - **Ownership.** [`ArtifactSpool::describe`], [`ArtifactSpool::read`] and [`ArtifactSpool::delete`] take the
 //!   caller's owner key; another owner's artifact is `not_found`, exactly like a missing one.
+//!   [`ArtifactSpool::discard`] is the producer's unchecked cleanup of outputs of a request that failed later.
 //! - **Expiry.** TTL 1 h by default, at most 7 days; [`ArtifactSpool::sweep_expired`] removes what has expired;
 //!   [`ArtifactSpool::open`] removes leftovers of earlier runs (only files matching the spool's own name
 //!   pattern); [`ArtifactSpool::clear`] is the shutdown cleanup.

@@ -166,6 +166,20 @@ impl ArtifactSpool {
         self.unlink(vec![dir::final_name(&id)]).await
     }
 
+    /// Removes the published artifact `id` (record and file) without an ownership check; returns whether it
+    /// existed. For the producer's cleanup when a request fails after some outputs were published (DeepChat's
+    /// `discard`); callers' deletions go through [`ArtifactSpool::delete`].
+    ///
+    /// # Errors
+    /// [`SpoolError::Io`] if the unlink fails (the record is gone either way).
+    pub async fn discard(&self, id: ArtifactId) -> Result<bool, SpoolError> {
+        if !self.inner.core().discard(&id) {
+            return Ok(false);
+        }
+        self.unlink(vec![dir::final_name(&id)]).await?;
+        Ok(true)
+    }
+
     /// Removes every published artifact whose expiry is at or before `now` (records and files) and returns how many
     /// there were. Call it periodically (e.g. every minute) with `Instant::now()`.
     ///

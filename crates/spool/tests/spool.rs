@@ -337,6 +337,22 @@ async fn delete_removes_the_file_and_an_open_reader_keeps_streaming() {
 }
 
 #[tokio::test]
+async fn discard_removes_a_published_artifact_for_its_producer() {
+    let temp = tempfile::tempdir().unwrap();
+    let (spool, dir) = spool_in(&temp, Limits::default()).await;
+    let id = publish(&spool, "agent:conv-1", b"partial result").await;
+    let parsed = ArtifactId::parse(&id).unwrap();
+    assert!(spool.discard(parsed).await.unwrap());
+    assert!(!spool.discard(parsed).await.unwrap());
+    assert!(names(&dir).is_empty());
+    assert!(matches!(
+        spool.describe("agent:conv-1", &id),
+        Err(SpoolError::NotFound)
+    ));
+    assert_eq!(spool.total_usage(), Usage::default());
+}
+
+#[tokio::test]
 async fn sweep_removes_expired_artifacts_and_keeps_the_rest() {
     let temp = tempfile::tempdir().unwrap();
     let (spool, dir) = spool_in(&temp, Limits::default()).await;
