@@ -94,10 +94,10 @@ impl ArtifactSpool {
     pub async fn create(&self, spec: ArtifactSpec) -> Result<ArtifactWriter, SpoolError> {
         let id = ArtifactId::generate().map_err(|_| SpoolError::Random)?;
         self.inner.core().begin(id, spec)?;
-        let inner = Arc::clone(&self.inner);
-        let opened =
-            blocking(move || dir::create_exclusive(&inner.dir, &dir::partial_name(&id))).await;
-        match opened {
+        // One `openat` in a local private directory, made in place rather than on the blocking pool so that there
+        // is no await between taking the quota and owning the file: a caller that drops this future can leak
+        // neither.
+        match dir::create_exclusive(&self.inner.dir, &dir::partial_name(&id)) {
             Ok(file) => Ok(ArtifactWriter {
                 inner: Arc::clone(&self.inner),
                 id,
@@ -105,6 +105,7 @@ impl ArtifactSpool {
                 hasher: Sha256::new(),
                 written: 0,
                 open: true,
+                interrupted: false,
             }),
             Err(error) => {
                 self.inner.core().abort(&id);
@@ -248,6 +249,9 @@ pub struct ArtifactWriter {
     hasher: Sha256,
     written: u64,
     open: bool,
+    /// Set while a write is in flight: still set on the next call means the caller dropped a write half-way, and
+    /// what reached the file is unknown, so the writer closes.
+    interrupted: bool,
 }
 
 impl ArtifactWriter {
@@ -263,13 +267,14 @@ impl ArtifactWriter {
 
     /// Appends `bytes`: the quota is reserved first, then the bytes are written and hashed.
     ///
+    /// Not cancellation-safe by design: if the caller drops this future before it completes, the next call on
+    /// the writer fails with [`SpoolError::WriterClosed`] and removes the artifact (dropping the writer does too).
+    ///
     /// # Errors
     /// [`SpoolError::QuotaExceeded`] (bytes) before anything of `bytes` is written, [`SpoolError::Io`]; either
     /// closes the writer and removes its file. [`SpoolError::WriterClosed`] after that.
     pub async fn write(&mut self, bytes: &[u8]) -> Result<(), SpoolError> {
-        if !self.open {
-            return Err(SpoolError::WriterClosed);
-        }
+        self.check_open().await?;
         let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
         let reserved = self.inner.core().reserve(&self.id, len);
         if let Err(error) = reserved {
@@ -279,10 +284,12 @@ impl ArtifactWriter {
         let Some(file) = self.file.as_mut() else {
             return Err(SpoolError::WriterClosed);
         };
+        self.interrupted = true;
         if let Err(error) = file.write_all(bytes).await {
             self.close_and_remove().await;
             return Err(error.into());
         }
+        self.interrupted = false;
         self.hasher.update(bytes);
         self.written += len;
         Ok(())
@@ -321,9 +328,7 @@ impl ArtifactWriter {
     /// [`SpoolError::WriterClosed`] after a failure, abort or [`ArtifactSpool::clear`]; [`SpoolError::Io`]. On
     /// error nothing of the artifact stays on disk and its quota is released.
     pub async fn publish(mut self) -> Result<ArtifactMetadata, SpoolError> {
-        if !self.open {
-            return Err(SpoolError::WriterClosed);
-        }
+        self.check_open().await?;
         let Some(mut file) = self.file.take() else {
             return Err(SpoolError::WriterClosed);
         };
@@ -333,42 +338,57 @@ impl ArtifactWriter {
             return Err(error.into());
         }
         drop(file);
+        // From here a blocking task owns the artifact and finishes it (published or removed) even if the caller
+        // drops this future, so a cancelled publish never leaves a file without a record or a record without a file.
+        self.open = false;
         let inner = Arc::clone(&self.inner);
         let id = self.id;
-        let linked = blocking(move || {
-            dir::publish(&inner.dir, &dir::partial_name(&id), &dir::final_name(&id))
-        })
-        .await;
-        if let Err(error) = linked {
-            self.close_and_remove().await;
-            return Err(error);
-        }
+        let size = self.written;
         let sha256: [u8; 32] = std::mem::take(&mut self.hasher).finalize().into();
-        let published = self.inner.core().publish(
-            &self.id,
-            self.written,
-            sha256,
-            unix_millis(SystemTime::now()),
-            Instant::now(),
-        );
-        match published {
-            Ok(record) => {
-                self.open = false;
-                Ok(record.metadata())
+        blocking(move || {
+            let partial = dir::partial_name(&id);
+            let final_name = dir::final_name(&id);
+            if let Err(error) = dir::publish(&inner.dir, &partial, &final_name) {
+                let _ = dir::remove(&inner.dir, &partial);
+                inner.core().abort(&id);
+                return Err(error);
             }
-            Err(error) => {
-                // Cleared by shutdown while linking: the published file must not outlive its record.
-                let inner = Arc::clone(&self.inner);
-                let _ = blocking(move || dir::remove(&inner.dir, &dir::final_name(&id))).await;
-                self.close_and_remove().await;
-                Err(error)
+            let published = inner.core().publish(
+                &id,
+                size,
+                sha256,
+                unix_millis(SystemTime::now()),
+                Instant::now(),
+            );
+            match published {
+                Ok(record) => Ok(record.metadata()),
+                Err(error) => {
+                    // Cleared by shutdown meanwhile, or a cancelled write left the reservation and the bytes apart:
+                    // the file must not outlive its record.
+                    let _ = dir::remove(&inner.dir, &final_name);
+                    inner.core().abort(&id);
+                    Err(error)
+                }
             }
-        }
+        })
+        .await
     }
 
     /// Drops the artifact: removes its file and releases its quota.
     pub async fn abort(mut self) {
         self.close_and_remove().await;
+    }
+
+    /// `Ok` if the writer may go on; closes it when an earlier write was dropped half-way.
+    async fn check_open(&mut self) -> Result<(), SpoolError> {
+        if !self.open {
+            return Err(SpoolError::WriterClosed);
+        }
+        if self.interrupted {
+            self.close_and_remove().await;
+            return Err(SpoolError::WriterClosed);
+        }
+        Ok(())
     }
 
     async fn close_and_remove(&mut self) {

@@ -1,8 +1,10 @@
 //! The spool on a real filesystem: private directory, exclusive files, streaming quotas, ownership, expiry, cleanup.
 
 use std::fs;
+use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
 use agentwire_spool::{
@@ -268,6 +270,32 @@ async fn quota_failure_while_streaming_leaves_nothing_on_disk() {
             count: 1
         }
     );
+}
+
+#[tokio::test]
+async fn a_write_dropped_half_way_closes_the_writer_and_removes_the_artifact() {
+    let temp = tempfile::tempdir().unwrap();
+    let (spool, dir) = spool_in(&temp, Limits::default()).await;
+    let mut writer = spool.create(spec("human", "req-1")).await.unwrap();
+    writer.write(b"head").await.unwrap();
+    let big = vec![7u8; 64 << 20];
+    {
+        // Poll the write once and drop it: tokio's file hands 2 MiB to a blocking thread per step, so 64 MiB
+        // cannot complete within one poll.
+        let mut write = std::pin::pin!(writer.write(&big));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(write.as_mut().poll(&mut cx).is_pending());
+    }
+    assert!(matches!(
+        writer.write(b"tail").await,
+        Err(SpoolError::WriterClosed)
+    ));
+    assert!(names(&dir).is_empty());
+    assert_eq!(spool.total_usage(), Usage::default());
+    assert!(matches!(
+        writer.publish().await,
+        Err(SpoolError::WriterClosed)
+    ));
 }
 
 #[tokio::test]
