@@ -22,7 +22,8 @@
 //! - **Ownership.** [`ArtifactSpool::describe`], [`ArtifactSpool::read`] and [`ArtifactSpool::delete`] take the
 //!   caller's owner key; another owner's artifact is `not_found`, exactly like a missing one.
 //!   [`ArtifactSpool::discard`] is the producer's unchecked cleanup of outputs of a request that failed later.
-//! - **Expiry.** TTL 1 h by default, at most 7 days; [`ArtifactSpool::sweep_expired`] removes what has expired;
+//! - **Expiry.** TTL 1 h by default, at most 7 days; an expired artifact is `not_found` at once, its quota comes
+//!   back at the next [`ArtifactSpool::create`], and [`ArtifactSpool::sweep_expired`] removes records and files;
 //!   [`ArtifactSpool::open`] removes leftovers of earlier runs (only files matching the spool's own name
 //!   pattern); [`ArtifactSpool::clear`] is the shutdown cleanup.
 //! - **Reads** stream from the file ([`ArtifactReader`] is an `AsyncRead` over exactly `size` bytes), never

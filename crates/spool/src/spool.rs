@@ -93,7 +93,22 @@ impl ArtifactSpool {
     /// [`SpoolError::Random`] or [`SpoolError::Io`].
     pub async fn create(&self, spec: ArtifactSpec) -> Result<ArtifactWriter, SpoolError> {
         let id = ArtifactId::generate().map_err(|_| SpoolError::Random)?;
-        self.inner.core().begin(id, spec)?;
+        let (expired, begun) = {
+            let mut core = self.inner.core();
+            // Expired artifacts give their quota back even when nobody sweeps.
+            let expired = core.sweep_expired(Instant::now());
+            (expired, core.begin(id, spec))
+        };
+        if !expired.is_empty() {
+            // Their records are gone; unlinking the files needs no waiting for.
+            let inner = Arc::clone(&self.inner);
+            drop(tokio::task::spawn_blocking(move || {
+                for id in &expired {
+                    let _ = dir::remove(&inner.dir, &dir::final_name(id));
+                }
+            }));
+        }
+        begun?;
         // One `openat` in a local private directory, made in place rather than on the blocking pool so that there
         // is no await between taking the quota and owning the file: a caller that drops this future can leak
         // neither.

@@ -417,6 +417,27 @@ async fn sweep_removes_expired_artifacts_and_keeps_the_rest() {
 }
 
 #[tokio::test]
+async fn create_gives_back_the_quota_of_expired_artifacts_without_a_sweep() {
+    let temp = tempfile::tempdir().unwrap();
+    let mut limits = Limits::default();
+    limits.max_total_artifacts = 1;
+    let (spool, _) = spool_in(&temp, limits).await;
+    let writer = spool
+        .create(spec("human", "req-1").ttl(Duration::from_nanos(1)))
+        .await
+        .unwrap();
+    let short = writer.publish().await.unwrap();
+    // The monotonic clock has moved past a 1 ns TTL by the time the next call reads it.
+    let next = spool.create(spec("human", "req-2")).await.unwrap();
+    assert!(matches!(
+        spool.describe("human", &short.id),
+        Err(SpoolError::NotFound)
+    ));
+    assert_eq!(spool.total_usage(), Usage { bytes: 0, count: 1 });
+    next.abort().await;
+}
+
+#[tokio::test]
 async fn clear_removes_published_and_partial_files() {
     let temp = tempfile::tempdir().unwrap();
     let (spool, dir) = spool_in(&temp, Limits::default()).await;
