@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 
 use crate::broker::{ApprovalBroker, Limits};
 use crate::error::ApprovalError;
@@ -32,6 +32,8 @@ pub struct Approvals {
 struct Shared {
     state: Mutex<State>,
     events: broadcast::Sender<ApprovalEvent>,
+    /// Woken when an approval is created (its expiry may be the new earliest one).
+    created: Notify,
 }
 
 struct State {
@@ -68,6 +70,7 @@ impl Approvals {
                     next_waiter: 0,
                 }),
                 events,
+                created: Notify::new(),
             }),
         }
     }
@@ -81,6 +84,8 @@ impl Approvals {
         let now = now();
         let result = state.broker.create(request, now);
         self.drain(&mut state, now);
+        drop(state);
+        self.shared.created.notify_waiters();
         result
     }
 
@@ -148,6 +153,31 @@ impl Approvals {
         self.drain(&mut state, now);
     }
 
+    /// Expires every approval at its expiry, so renderers see `Decided{Expired}` for approvals nobody waits on.
+    /// Runs until dropped (spawn it once per host and abort it at shutdown); it only sleeps between expiries.
+    pub async fn run_expiry(&self) {
+        loop {
+            let mut created = std::pin::pin!(self.shared.created.notified());
+            // Registered before reading the next expiry, so a create in between is not missed.
+            created.as_mut().enable();
+            match self.next_expiry() {
+                Some(due) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {
+                            let mut state = self.lock();
+                            // The timer fired for `due`: time is at least that.
+                            let now = now().max(due);
+                            state.broker.handle_timeout(now);
+                            self.drain(&mut state, now);
+                        }
+                        () = &mut created => {}
+                    }
+                }
+                None => created.await,
+            }
+        }
+    }
+
     /// The earliest expiry of a live approval ([`ApprovalBroker::poll_timeout`]).
     pub fn next_expiry(&self) -> Option<Instant> {
         self.lock().broker.poll_timeout()
@@ -198,6 +228,8 @@ impl Approvals {
             Some((snapshot, registration))
         });
         self.drain(&mut state, now);
+        drop(state);
+        self.shared.created.notify_waiters();
         result
     }
 

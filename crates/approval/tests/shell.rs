@@ -379,3 +379,43 @@ async fn handle_timeout_reports_unwaited_expiries_at_next_expiry() {
         }
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn run_expiry_reports_each_expiry_at_its_time_even_an_earlier_one_created_later() {
+    let approvals = Approvals::new(Limits::default());
+    let mut renderer = approvals.attach_renderer();
+    let start = Instant::now();
+    let args = json!({});
+    let late = approvals
+        .create(
+            NewApproval::new(Domain::ToolPermission, "s", "m", &args)
+                .timeout(Duration::from_secs(10)),
+        )
+        .unwrap();
+    let driver = tokio::spawn({
+        let approvals = approvals.clone();
+        async move { approvals.run_expiry().await }
+    });
+    tokio::task::yield_now().await;
+    let early = approvals
+        .create(
+            NewApproval::new(Domain::ToolPermission, "s", "m", &args)
+                .timeout(Duration::from_secs(2)),
+        )
+        .unwrap();
+    let mut expired = Vec::new();
+    while expired.len() < 2 {
+        if let ApprovalEvent::Decided { id, decision, .. } = next(&mut renderer).await {
+            assert_eq!(decision, Decision::Expired);
+            expired.push((id, start.elapsed()));
+        }
+    }
+    driver.abort();
+    let ms = Duration::from_millis(1);
+    assert_eq!(expired[0].0, early.id);
+    assert!(expired[0].1 >= Duration::from_secs(2) && expired[0].1 <= Duration::from_secs(2) + ms);
+    assert_eq!(expired[1].0, late.id);
+    assert!(
+        expired[1].1 >= Duration::from_secs(10) && expired[1].1 <= Duration::from_secs(10) + ms
+    );
+}
