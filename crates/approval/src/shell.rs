@@ -162,15 +162,16 @@ impl Approvals {
             created.as_mut().enable();
             match self.next_expiry() {
                 Some(due) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(tokio::time::Instant::from_std(due)) => {
-                            let mut state = self.lock();
-                            // The timer fired for `due`: time is at least that.
-                            let now = now().max(due);
-                            state.broker.handle_timeout(now);
-                            self.drain(&mut state, now);
-                        }
-                        () = &mut created => {}
+                    let due_at = tokio::time::Instant::from_std(due);
+                    if tokio::time::timeout_at(due_at, created.as_mut())
+                        .await
+                        .is_err()
+                    {
+                        let mut state = self.lock();
+                        // The timer fired for `due`: time is at least that.
+                        let now = now().max(due);
+                        state.broker.handle_timeout(now);
+                        self.drain(&mut state, now);
                     }
                 }
                 None => created.await,
@@ -287,31 +288,27 @@ impl Approvals {
             token: registration.token,
         };
         let deadline = tokio::time::Instant::from_std(registration.deadline);
-        tokio::select! {
-            decision = &mut receiver => {
-                // The sender lives in the shared state until it delivers, and the drain always sends before
-                // dropping it; a closed channel is reported as cancellation rather than hanging.
-                decision.unwrap_or(Decision::Cancelled)
-            }
-            () = tokio::time::sleep_until(deadline) => {
-                let mut state = self.lock();
-                // The timer fired for `deadline`: time is at least that, whatever rounding the clocks did.
-                let now = now().max(registration.deadline);
-                state.broker.handle_timeout(now);
-                self.drain(&mut state, now);
-                let still_registered = state
-                    .waiters
-                    .get(&registration.id)
-                    .is_some_and(|waiter| waiter.token == registration.token);
-                if still_registered {
-                    // Cannot happen (the approval expired at `deadline`), but a wait must end at its expiry.
-                    state.waiters.remove(&registration.id);
-                    return Decision::Expired;
-                }
-                // The drain above delivered the decision (or an earlier one did).
-                receiver.try_recv().unwrap_or(Decision::Expired)
-            }
+        if let Ok(decision) = tokio::time::timeout_at(deadline, &mut receiver).await {
+            // The sender lives in the shared state until it delivers, and the drain always sends before dropping
+            // it; a closed channel is reported as cancellation rather than hanging.
+            return decision.unwrap_or(Decision::Cancelled);
         }
+        let mut state = self.lock();
+        // The timer fired for `deadline`: time is at least that, whatever rounding the clocks did.
+        let now = now().max(registration.deadline);
+        state.broker.handle_timeout(now);
+        self.drain(&mut state, now);
+        let still_registered = state
+            .waiters
+            .get(&registration.id)
+            .is_some_and(|waiter| waiter.token == registration.token);
+        if still_registered {
+            // Cannot happen (the approval expired at `deadline`), but a wait must end at its expiry.
+            state.waiters.remove(&registration.id);
+            return Decision::Expired;
+        }
+        // The drain above delivered the decision (or an earlier one did).
+        receiver.try_recv().unwrap_or(Decision::Expired)
     }
 
     /// Delivers queued broker events: decisions to their waiter (spending waiter approvals), everything to the
