@@ -49,7 +49,7 @@
 //! let mutation = guard.authorize(CliMutation::new("conn-1", "settings.setDefaultModel", &args));
 //! let renderer = async {
 //!     let Some(RendererEvent::Approval(ApprovalEvent::Created(shown))) = console.next_event().await else {
-//!         unreachable!()
+//!         return;
 //!     };
 //!     console.resolve(shown.id, &shown.scope, Resolution::Approve).unwrap();
 //! };

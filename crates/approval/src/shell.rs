@@ -22,8 +22,9 @@ pub const RENDERER_EVENT_BUFFER: usize = 256;
 
 /// A cloneable handle on one shared [`ApprovalBroker`] (the host holds one; adapters and renderers clone it).
 ///
-/// It has no `resolve`: only a [`Renderer`] (from [`Approvals::attach_renderer`]) resolves, so code that holds
-/// the CLI side of the local control plane cannot approve anything (DESIGN.md invariant 8).
+/// It has no `resolve`: only a [`Renderer`] (from [`Approvals::attach_renderer`]) resolves. The host attaches one
+/// for its approval UI and gives the CLI side only the guard and [`Approvals::pending`], so nothing reachable from
+/// the local control socket can approve (DESIGN.md invariant 8).
 #[derive(Clone)]
 pub struct Approvals {
     shared: Arc<Shared>,
