@@ -364,3 +364,78 @@ async fn arguments_over_the_canonical_limits_are_invalid_request() {
     assert_eq!(error.code(), "invalid_request");
     assert!(approvals.pending().is_empty());
 }
+
+mod properties {
+    use std::collections::BTreeSet;
+
+    use agentwire_approval::ApprovalId;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// N identical concurrent mutations, a random subset approved, the rest denied, some requests dropped
+        /// first: exactly the approved, still-open requests resume, each with its own approval.
+        #[test]
+        fn one_allow_resumes_exactly_one_identical_mutation(
+            answers in prop::collection::vec((any::<bool>(), prop::bool::weighted(0.2)), 1..12)
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let (approvals, guard, mut renderer) = setup();
+                let args = json!({"same": "args"});
+                let tasks: Vec<_> = answers
+                    .iter()
+                    .map(|_| {
+                        let guard = guard.clone();
+                        let args = args.clone();
+                        tokio::spawn(async move {
+                            guard.authorize(CliMutation::new("conn", "settings.set", &args)).await
+                        })
+                    })
+                    .collect();
+                let mut shown_ids = Vec::new();
+                for _ in &answers {
+                    shown_ids.push(shown(&mut renderer).await);
+                }
+                let ids: BTreeSet<ApprovalId> = shown_ids.iter().map(|s| s.id).collect();
+                prop_assert_eq!(ids.len(), answers.len(), "never deduplicated");
+
+                let mut expected_ok = BTreeSet::new();
+                for ((approve, drop_first), (task, snapshot)) in
+                    answers.iter().zip(tasks.iter().zip(&shown_ids))
+                {
+                    if *drop_first {
+                        task.abort();
+                        while approvals.pending().iter().any(|live| live.id == snapshot.id) {
+                            tokio::task::yield_now().await;
+                        }
+                        let late = renderer.resolve(snapshot.id, &snapshot.scope, Resolution::Approve);
+                        prop_assert_eq!(late, Err(ApprovalError::NotFound));
+                        continue;
+                    }
+                    let resolution = if *approve { Resolution::Approve } else { Resolution::Deny };
+                    renderer.resolve(snapshot.id, &snapshot.scope, resolution).expect("live approval");
+                    if *approve {
+                        expected_ok.insert(snapshot.id);
+                    }
+                }
+                let mut resumed = BTreeSet::new();
+                for task in tasks {
+                    if let Ok(Ok(authorized)) = task.await {
+                        prop_assert!(resumed.insert(authorized.approval_id()), "one approval resumed twice");
+                    }
+                }
+                prop_assert_eq!(resumed, expected_ok);
+                prop_assert!(approvals.pending().is_empty());
+                Ok(())
+            })?;
+        }
+    }
+}
