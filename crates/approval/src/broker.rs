@@ -191,7 +191,7 @@ impl ApprovalBroker {
     /// # Errors
     /// [`ApprovalError::InvalidField`] (empty or too long scope/method/key, zero or too long timeout),
     /// [`ApprovalError::InvalidArgs`], [`ApprovalError::InvalidDisplay`], [`ApprovalError::ScopeFull`],
-    /// [`ApprovalError::BrokerFull`]. Nothing changes on error.
+    /// [`ApprovalError::BrokerFull`]. Nothing is created on error (approvals due at `now` are still expired).
     pub fn create(
         &mut self,
         request: NewApproval<'_>,

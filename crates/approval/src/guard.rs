@@ -15,8 +15,8 @@ use crate::shell::Approvals;
 use crate::types::{ApprovalId, Decision, DenyReason, Domain, NewApproval};
 
 /// One sensitive mutation asking for approval: the connection it came on, the method, the arguments (hashed,
-/// never shown) and the redacted display data (shown).
-#[derive(Clone, Debug)]
+/// never shown, not even by `Debug`) and the redacted display data (shown).
+#[derive(Clone)]
 pub struct CliMutation<'a> {
     connection: &'a str,
     method: &'a str,
@@ -48,6 +48,18 @@ impl<'a> CliMutation<'a> {
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+}
+
+impl fmt::Debug for CliMutation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CliMutation")
+            .field("connection", &self.connection)
+            .field("method", &self.method)
+            .field("args", &"<not shown>")
+            .field("display", &self.display)
+            .field("timeout", &self.timeout)
+            .finish()
     }
 }
 
@@ -170,5 +182,18 @@ impl Drop for DenyOnDrop<'_> {
                 .approvals
                 .cancel(self.id, self.scope, DenyReason::ConnectionClosed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_arguments() {
+        let args = serde_json::json!({"token": "ghp_secret"});
+        let shown = format!("{:?}", CliMutation::new("conn", "mcp.add", &args));
+        assert!(shown.contains("mcp.add"), "{shown}");
+        assert!(!shown.contains("ghp_secret"), "{shown}");
     }
 }

@@ -20,8 +20,10 @@
 //!   `poll_event()` drained after each call. It never reads a clock: every time is a `now: Instant` argument.
 //! - **Tokio shell** ([`Approvals`]): the core in a mutex; reads tokio's clock, so a paused test runtime drives
 //!   it on virtual time; [`Approvals::wait`] resolves to a [`Decision`] (`Approved`, `Denied{reason}`,
-//!   `Expired`, `Cancelled`), waking itself at the approval's expiry. Renderers attach with
-//!   [`Approvals::attach_renderer`] and are the only holders of `resolve`.
+//!   `Expired`, `Cancelled`), waking itself at the approval's expiry; [`Approvals::run_expiry`] expires unwaited
+//!   approvals on time; [`Approvals::pending`] is the status view the CLI socket may expose. Renderers attach with
+//!   [`Approvals::attach_renderer`], receive every event ([`Renderer::next_event`]) and are the only holders of
+//!   `resolve`.
 //! - **Adapters**: [`CliMutationGuard`] (a fresh approval per request, never deduplicated; denied when the request
 //!   or its connection goes away; `approval_denied` at once when no renderer is attached) and
 //!   [`ToolPermissions`] (pre-check, then one approved execution; deduplicated by an explicit key while pending).
@@ -47,7 +49,7 @@
 //! let mutation = guard.authorize(CliMutation::new("conn-1", "settings.setDefaultModel", &args));
 //! let renderer = async {
 //!     let Some(RendererEvent::Approval(ApprovalEvent::Created(shown))) = console.next_event().await else {
-//!         unreachable!()
+//!         return;
 //!     };
 //!     console.resolve(shown.id, &shown.scope, Resolution::Approve).unwrap();
 //! };

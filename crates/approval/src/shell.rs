@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, oneshot};
 
 use crate::broker::{ApprovalBroker, Limits};
 use crate::error::ApprovalError;
@@ -22,8 +22,9 @@ pub const RENDERER_EVENT_BUFFER: usize = 256;
 
 /// A cloneable handle on one shared [`ApprovalBroker`] (the host holds one; adapters and renderers clone it).
 ///
-/// It has no `resolve`: only a [`Renderer`] (from [`Approvals::attach_renderer`]) resolves, so code that holds
-/// the CLI side of the local control plane cannot approve anything (DESIGN.md invariant 8).
+/// It has no `resolve`: only a [`Renderer`] (from [`Approvals::attach_renderer`]) resolves. The host attaches one
+/// for its approval UI and gives the CLI side only the guard and [`Approvals::pending`], so nothing reachable from
+/// the local control socket can approve (DESIGN.md invariant 8).
 #[derive(Clone)]
 pub struct Approvals {
     shared: Arc<Shared>,
@@ -32,6 +33,8 @@ pub struct Approvals {
 struct Shared {
     state: Mutex<State>,
     events: broadcast::Sender<ApprovalEvent>,
+    /// Woken when an approval is created (its expiry may be the new earliest one).
+    created: Notify,
 }
 
 struct State {
@@ -68,6 +71,7 @@ impl Approvals {
                     next_waiter: 0,
                 }),
                 events,
+                created: Notify::new(),
             }),
         }
     }
@@ -81,6 +85,8 @@ impl Approvals {
         let now = now();
         let result = state.broker.create(request, now);
         self.drain(&mut state, now);
+        drop(state);
+        self.shared.created.notify_waiters();
         result
     }
 
@@ -148,6 +154,32 @@ impl Approvals {
         self.drain(&mut state, now);
     }
 
+    /// Expires every approval at its expiry, so renderers see `Decided{Expired}` for approvals nobody waits on.
+    /// Runs until dropped (spawn it once per host and abort it at shutdown); it only sleeps between expiries.
+    pub async fn run_expiry(&self) {
+        loop {
+            let mut created = std::pin::pin!(self.shared.created.notified());
+            // Registered before reading the next expiry, so a create in between is not missed.
+            created.as_mut().enable();
+            match self.next_expiry() {
+                Some(due) => {
+                    let due_at = tokio::time::Instant::from_std(due);
+                    if tokio::time::timeout_at(due_at, created.as_mut())
+                        .await
+                        .is_err()
+                    {
+                        let mut state = self.lock();
+                        // The timer fired for `due`: time is at least that.
+                        let now = now().max(due);
+                        state.broker.handle_timeout(now);
+                        self.drain(&mut state, now);
+                    }
+                }
+                None => created.await,
+            }
+        }
+    }
+
     /// The earliest expiry of a live approval ([`ApprovalBroker::poll_timeout`]).
     pub fn next_expiry(&self) -> Option<Instant> {
         self.lock().broker.poll_timeout()
@@ -198,6 +230,8 @@ impl Approvals {
             Some((snapshot, registration))
         });
         self.drain(&mut state, now);
+        drop(state);
+        self.shared.created.notify_waiters();
         result
     }
 
@@ -255,31 +289,27 @@ impl Approvals {
             token: registration.token,
         };
         let deadline = tokio::time::Instant::from_std(registration.deadline);
-        tokio::select! {
-            decision = &mut receiver => {
-                // The sender lives in the shared state until it delivers, and the drain always sends before
-                // dropping it; a closed channel is reported as cancellation rather than hanging.
-                decision.unwrap_or(Decision::Cancelled)
-            }
-            () = tokio::time::sleep_until(deadline) => {
-                let mut state = self.lock();
-                // The timer fired for `deadline`: time is at least that, whatever rounding the clocks did.
-                let now = now().max(registration.deadline);
-                state.broker.handle_timeout(now);
-                self.drain(&mut state, now);
-                let still_registered = state
-                    .waiters
-                    .get(&registration.id)
-                    .is_some_and(|waiter| waiter.token == registration.token);
-                if still_registered {
-                    // Cannot happen (the approval expired at `deadline`), but a wait must end at its expiry.
-                    state.waiters.remove(&registration.id);
-                    return Decision::Expired;
-                }
-                // The drain above delivered the decision (or an earlier one did).
-                receiver.try_recv().unwrap_or(Decision::Expired)
-            }
+        if let Ok(decision) = tokio::time::timeout_at(deadline, &mut receiver).await {
+            // The sender lives in the shared state until it delivers, and the drain always sends before dropping
+            // it; a closed channel is reported as cancellation rather than hanging.
+            return decision.unwrap_or(Decision::Cancelled);
         }
+        let mut state = self.lock();
+        // The timer fired for `deadline`: time is at least that, whatever rounding the clocks did.
+        let now = now().max(registration.deadline);
+        state.broker.handle_timeout(now);
+        self.drain(&mut state, now);
+        let still_registered = state
+            .waiters
+            .get(&registration.id)
+            .is_some_and(|waiter| waiter.token == registration.token);
+        if still_registered {
+            // Cannot happen (the approval expired at `deadline`), but a wait must end at its expiry.
+            state.waiters.remove(&registration.id);
+            return Decision::Expired;
+        }
+        // The drain above delivered the decision (or an earlier one did).
+        receiver.try_recv().unwrap_or(Decision::Expired)
     }
 
     /// Delivers queued broker events: decisions to their waiter (spending waiter approvals), everything to the

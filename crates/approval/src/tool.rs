@@ -5,6 +5,8 @@
 //! `ApprovalBroker`: `evaluateModel`, `authorizeExecution`, `cancelConversation`, `deduplicatePending: true`,
 //! scope `tool:<conversationId>`).
 
+use std::fmt;
+
 use serde_json::Value;
 
 use crate::error::ApprovalError;
@@ -16,7 +18,8 @@ use crate::types::{ApprovalMatch, ApprovalSnapshot, Consumption, DenyReason, Dom
 /// `key` is the adapter's dedup key: everything besides the arguments that makes two calls "the same" (DeepChat's
 /// `bindingKey`: server id, config generation, tool name, permission type…). Two requests with equal
 /// conversation, tool, key and arguments share one pending approval; any difference makes a new one.
-#[derive(Clone, Copy, Debug)]
+/// `Debug` leaves the arguments out.
+#[derive(Clone, Copy)]
 pub struct ToolCall<'a> {
     /// The conversation (scope `tool:<conversation>`).
     pub conversation: &'a str,
@@ -26,6 +29,17 @@ pub struct ToolCall<'a> {
     pub key: &'a str,
     /// The call's arguments (hashed canonically, never shown).
     pub args: &'a Value,
+}
+
+impl fmt::Debug for ToolCall<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolCall")
+            .field("conversation", &self.conversation)
+            .field("tool", &self.tool)
+            .field("key", &self.key)
+            .field("args", &"<not shown>")
+            .finish()
+    }
 }
 
 /// What [`ToolPermissions::authorize_execution`] decided.
@@ -98,5 +112,24 @@ impl ToolPermissions {
     pub fn cancel_conversation(&self, conversation: &str) {
         self.approvals
             .cancel_scope(&Self::scope(conversation), DenyReason::ScopeCancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_arguments() {
+        let args = serde_json::json!({"password": "hunter2"});
+        let call = ToolCall {
+            conversation: "c1",
+            tool: "db.login",
+            key: "server-1",
+            args: &args,
+        };
+        let shown = format!("{call:?}");
+        assert!(shown.contains("db.login"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 }

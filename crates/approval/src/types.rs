@@ -165,8 +165,8 @@ pub enum ApprovalStatus {
 /// data and the options.
 ///
 /// Built with [`NewApproval::new`] and chainable setters. The arguments are canonicalized and hashed by the broker;
-/// only their [`ArgsHash`] is kept.
-#[derive(Clone, Debug)]
+/// only their [`ArgsHash`] is kept. `Debug` leaves the arguments out (they may hold secrets).
+#[derive(Clone)]
 pub struct NewApproval<'a> {
     pub(crate) domain: Domain,
     pub(crate) scope: &'a str,
@@ -226,8 +226,8 @@ impl<'a> NewApproval<'a> {
 /// The binding an execution presents to [`ApprovalBroker::consume_approved`](crate::ApprovalBroker::consume_approved).
 ///
 /// Matches an approved [`Consumption::Match`] approval whose domain, scope, method, dedup key and args hash are
-/// all equal (and whose id is `id`, if given).
-#[derive(Clone, Debug)]
+/// all equal (and whose id is `id`, if given). `Debug` leaves the arguments out.
+#[derive(Clone)]
 pub struct ApprovalMatch<'a> {
     pub(crate) id: Option<ApprovalId>,
     pub(crate) domain: Domain,
@@ -260,6 +260,34 @@ impl<'a> ApprovalMatch<'a> {
     pub fn dedup_key(mut self, key: &'a str) -> Self {
         self.dedup_key = Some(key);
         self
+    }
+}
+
+impl fmt::Debug for NewApproval<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewApproval")
+            .field("domain", &self.domain)
+            .field("scope", &self.scope)
+            .field("method", &self.method)
+            .field("args", &"<not shown>")
+            .field("display", &self.display)
+            .field("timeout", &self.timeout)
+            .field("dedup_key", &self.dedup_key)
+            .field("consumption", &self.consumption)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ApprovalMatch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalMatch")
+            .field("id", &self.id)
+            .field("domain", &self.domain)
+            .field("scope", &self.scope)
+            .field("method", &self.method)
+            .field("args", &"<not shown>")
+            .field("dedup_key", &self.dedup_key)
+            .finish()
     }
 }
 
@@ -334,6 +362,18 @@ mod tests {
         ] {
             assert_eq!(ApprovalId::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_arguments() {
+        let args = serde_json::json!({"apiKey": "sk-live-secret"});
+        let shown = format!(
+            "{:?} {:?}",
+            NewApproval::new(Domain::CliMutation, "cli:1", "providers.setKey", &args),
+            ApprovalMatch::new(Domain::CliMutation, "cli:1", "providers.setKey", &args)
+        );
+        assert!(shown.contains("providers.setKey"), "{shown}");
+        assert!(!shown.contains("sk-live-secret"), "{shown}");
     }
 
     #[test]
