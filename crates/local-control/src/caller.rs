@@ -1,7 +1,7 @@
 //! The caller model: who is on the other end of a local-control request, built from the transport, never a field.
 //!
 //! A [`Caller`] is made by the server after authentication: [`Caller::human`] when the presented bearer token
-//! is the descriptor token, [`Caller::agent`] from a [`RequestGrant`](crate::tokens::RequestGrant) that
+//! is the descriptor token, [`Caller::agent`] from a [`RequestGrant`] that
 //! [`TokenAuthority::begin_request`](crate::tokens::TokenAuthority::begin_request) handed out for a valid
 //! Agent token, and [`Caller::internal`] for trusted in-process components. No request parameter can select
 //! or widen a caller, its scopes or its conversation: [`AgentCaller`] has no public constructor.

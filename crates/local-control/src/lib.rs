@@ -11,8 +11,9 @@
 //! "Agent Token and Bundled Skill", "Typed Event Hub and Detached Runs") and DeepChat's `src/main/cli/`
 //! (`surface.ts`, `policy.ts`, `agentTokenAuthority.ts`), `src/shared/contracts/localControl.ts`.
 
+pub mod audit;
 pub mod caller;
-
+pub mod hub;
 pub mod policy;
 pub mod surface;
 pub mod tokens;
