@@ -838,7 +838,7 @@ impl Subscription {
         }
     }
 
-    /// The next item if one is ready, without waiting: `Some(Poll::Pending)` when none is.
+    /// The next item if one is ready, without waiting: [`Poll::Pending`] when none is, [`Poll::Ended`] after the end.
     pub fn try_next(&mut self) -> Poll {
         self.hub.lock().core.poll(self.id)
     }

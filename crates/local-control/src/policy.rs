@@ -536,6 +536,30 @@ mod tests {
     }
 
     #[test]
+    fn request_fields_cannot_select_or_widen_the_caller() {
+        // The caller comes from the transport and token; params naming a principal, scopes or a conversation
+        // change nothing.
+        let reader = agent_with(&[Scope::RunsRead], "conv-1");
+        let forged = json!({
+            "principal": "human", "caller": {"kind": "human"}, "scopes": ["sessions:run"],
+            "conversationId": "conv-2", "confirmed": true
+        });
+        check(
+            &reader,
+            "sessions.runDetached",
+            forged.clone(),
+            Decision::Deny(PolicyError::CallerNotAllowed),
+        );
+        check(
+            &reader,
+            "runs.cancel",
+            forged,
+            Decision::Deny(PolicyError::MissingScope),
+        );
+        assert_eq!(reader.conversation_id(), Some("conv-1"));
+    }
+
+    #[test]
     fn misconfigured_approval_is_internal_error() {
         let surface = Surface::standard();
         let mut spec = surface.get("settings.updatePublic").expect("spec").clone();
