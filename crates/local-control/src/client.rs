@@ -35,8 +35,8 @@ use crate::envelope::{
 };
 use crate::limits::{
     ARTIFACT_ID_HEADER, ARTIFACT_PATH_PREFIX, CONTENT_SHA256_HEADER, MAX_JSON_RESPONSE_BYTES,
-    MAX_STREAM_RECORD_BYTES, MAX_UPLOAD_REQUEST_HEADER_BYTES, METHOD_HEADER, RPC_PATH, STREAM_PATH,
-    UPLOAD_PATH, UPLOAD_REQUEST_HEADER,
+    MAX_STREAM_RECORD_BYTES, MAX_UPLOAD_REQUEST_HEADER_BYTES, METHOD_HEADER, PROTOCOL_VERSION,
+    RPC_PATH, STREAM_PATH, SURFACE_VERSION, UPLOAD_PATH, UPLOAD_REQUEST_HEADER,
 };
 use crate::server::ChannelBody;
 
@@ -85,6 +85,15 @@ impl ClientError {
     /// The CLI exit code (2..=8).
     pub fn exit_code(&self) -> u8 {
         self.code().exit_code()
+    }
+}
+
+/// Aborts the connection task (closing the socket) when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -153,7 +162,12 @@ impl Client {
         self
     }
 
-    async fn send(&self, request: Request<ChannelBody>) -> Result<Response<Incoming>, ClientError> {
+    /// Connects, sends `request`, returns the response head and the connection task's guard: dropping the guard
+    /// closes the connection, which is how a timed-out or abandoned call tells the server to cancel.
+    async fn send(
+        &self,
+        request: Request<ChannelBody>,
+    ) -> Result<(Response<Incoming>, AbortOnDrop), ClientError> {
         let stream = tokio::net::UnixStream::connect(&self.socket_path)
             .await
             .map_err(|error| {
@@ -166,12 +180,13 @@ impl Client {
             .handshake::<_, ChannelBody>(TokioIo::new(stream))
             .await
             .map_err(|error| ClientError::Unavailable(format!("handshake failed: {error}")))?;
-        tokio::spawn(async move {
+        let guard = AbortOnDrop(tokio::spawn(async move {
             let _ = connection.await;
-        });
-        sender.send_request(request).await.map_err(|error| {
+        }));
+        let response = sender.send_request(request).await.map_err(|error| {
             ClientError::Unavailable(format!("the connection failed before an answer: {error}"))
-        })
+        })?;
+        Ok((response, guard))
     }
 
     fn base_request(&self, method: Method, path: &str) -> hyper::http::request::Builder {
@@ -216,7 +231,7 @@ impl Client {
     ) -> Result<Value, ClientError> {
         let request = self.json_request(RPC_PATH, envelope)?;
         within(timeout, async {
-            let response = self.send(request).await?;
+            let (response, _connection) = self.send(request).await?;
             read_json_response(response, &envelope.id).await
         })
         .await
@@ -236,7 +251,7 @@ impl Client {
     ) -> Result<Value, ClientError> {
         let request = self.json_request(STREAM_PATH, envelope)?;
         within(timeout, async {
-            let response = self.send(request).await?;
+            let (response, _connection) = self.send(request).await?;
             if !response.status().is_success() {
                 return read_json_response(response, &envelope.id).await;
             }
@@ -329,7 +344,7 @@ impl Client {
             }
         });
         let outcome = within(timeout, async {
-            let response = self.send(request).await?;
+            let (response, _connection) = self.send(request).await?;
             read_json_response(response, &envelope.id).await
         })
         .await;
@@ -361,7 +376,7 @@ impl Client {
             .body(ChannelBody::Full(None))
             .map_err(|_| ClientError::InvalidRequest("request headers are invalid".to_owned()))?;
         within(timeout, async {
-            let response = self.send(request).await?;
+            let (response, _connection) = self.send(request).await?;
             if !response.status().is_success() {
                 return Err(
                     match read_json_response(response, UNKNOWN_REQUEST_ID).await {
@@ -493,6 +508,11 @@ async fn read_json_response(
     }
     let envelope: ResponseEnvelope = serde_json::from_slice(&bytes)
         .map_err(|_| protocol("the server returned an invalid response envelope"))?;
+    if !versions_match(envelope.protocol_version, envelope.surface_version) {
+        return Err(protocol(
+            "the response envelope has another protocol or surface version",
+        ));
+    }
     if envelope.outcome.is_ok() != status.is_success() {
         return Err(protocol("http status and response envelope disagree"));
     }
@@ -505,6 +525,10 @@ async fn read_json_response(
         status: status.as_u16(),
         error,
     })
+}
+
+fn versions_match(protocol_version: u32, surface_version: u32) -> bool {
+    protocol_version == PROTOCOL_VERSION && surface_version == SURFACE_VERSION
 }
 
 async fn open_upload(
@@ -619,6 +643,11 @@ impl StreamParser {
         }
         match StreamLine::parse(line).map_err(ClientError::Protocol)? {
             StreamLine::Terminal(envelope) => {
+                if !versions_match(envelope.protocol_version, envelope.surface_version) {
+                    return Err(protocol(
+                        "the stream result has another protocol or surface version",
+                    ));
+                }
                 if envelope.id != self.request_id {
                     return Err(protocol("the stream result id did not match the request"));
                 }
@@ -626,6 +655,11 @@ impl StreamParser {
                 Ok(None)
             }
             StreamLine::Event(record) => {
+                if !versions_match(record.protocol_version, record.surface_version) {
+                    return Err(protocol(
+                        "a stream record has another protocol or surface version",
+                    ));
+                }
                 if record.request_id.as_deref() != Some(self.request_id.as_str()) {
                     return Err(protocol("a stream record belongs to another request"));
                 }

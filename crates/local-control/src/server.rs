@@ -431,7 +431,7 @@ struct Shared<S> {
     human_token_hash: [u8; 32],
     limits: ServerLimits,
     temp_dir: PathBuf,
-    pending: AtomicUsize,
+    pending: Arc<AtomicUsize>,
     next_connection: AtomicU64,
     next_upload: AtomicU64,
     shutdown: CancellationToken,
@@ -442,7 +442,7 @@ struct ConnectionState {
     id: u64,
     peer_uid: u32,
     peer_pid: Option<i32>,
-    pending: AtomicUsize,
+    pending: Arc<AtomicUsize>,
     cancel: CancellationToken,
 }
 
@@ -484,7 +484,7 @@ impl Server {
             service,
             human_token_hash: Sha256::digest(token.expose().as_bytes()).into(),
             temp_dir: layout.temp_dir.clone(),
-            pending: AtomicUsize::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
             next_connection: AtomicU64::new(1),
             next_upload: AtomicU64::new(1),
             shutdown: shutdown.clone(),
@@ -600,7 +600,7 @@ async fn accept_loop<S: Service>(
             id: shared.next_connection.fetch_add(1, Ordering::Relaxed),
             peer_uid: cred.uid(),
             peer_pid: cred.pid(),
-            pending: AtomicUsize::new(0),
+            pending: Arc::new(AtomicUsize::new(0)),
             cancel: CancellationToken::new(),
         });
         let shared = shared.clone();
@@ -677,12 +677,14 @@ impl Failure {
     }
 }
 
-struct PendingGuard<'a> {
-    global: &'a AtomicUsize,
-    connection: &'a AtomicUsize,
+/// Counts one request as pending, globally and on its connection, until dropped (for streamed responses: until
+/// the producing task ends).
+struct PendingGuard {
+    global: Arc<AtomicUsize>,
+    connection: Arc<AtomicUsize>,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
         self.global.fetch_sub(1, Ordering::AcqRel);
         self.connection.fetch_sub(1, Ordering::AcqRel);
@@ -847,9 +849,9 @@ async fn handle_inner<S: Service>(
     }
     let global = shared.pending.fetch_add(1, Ordering::AcqRel);
     let mine = state.pending.fetch_add(1, Ordering::AcqRel);
-    let _pending = PendingGuard {
-        global: &shared.pending,
-        connection: &state.pending,
+    let pending = PendingGuard {
+        global: shared.pending.clone(),
+        connection: state.pending.clone(),
     };
     if global >= shared.limits.max_pending_requests
         || mine >= shared.limits.max_pending_per_connection
@@ -871,9 +873,9 @@ async fn handle_inner<S: Service>(
         cancel,
     };
     match kind {
-        Kind::Rpc | Kind::Stream => handle_json(request, shared, ctx, kind).await,
+        Kind::Rpc | Kind::Stream => handle_json(request, shared, ctx, kind, pending).await,
         Kind::Upload => handle_upload(request, shared, ctx).await,
-        Kind::Download => handle_download(request, shared, ctx).await,
+        Kind::Download => handle_download(request, shared, ctx, pending).await,
     }
 }
 
@@ -934,6 +936,7 @@ async fn handle_json<S: Service>(
     shared: &Arc<Shared<S>>,
     ctx: RequestContext,
     kind: Kind,
+    pending: PendingGuard,
 ) -> Result<Response<ChannelBody>, Failure> {
     let headers = request.headers();
     let declared_method = singular(headers, METHOD_HEADER)?
@@ -1028,7 +1031,7 @@ async fn handle_json<S: Service>(
     )
     .await
     .map_err(|error| Failure::from_body(&id, error))?;
-    Ok(start_stream(shared, ctx, grant, envelope, route))
+    Ok(start_stream(shared, ctx, grant, envelope, route, pending))
 }
 
 fn check_versions(value: &Value, id: &str) -> Result<(), Failure> {
@@ -1070,6 +1073,7 @@ fn start_stream<S: Service>(
     grant: S::Grant,
     envelope: RequestEnvelope,
     route: Route,
+    pending: PendingGuard,
 ) -> Response<ChannelBody> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let id = envelope.id.clone();
@@ -1080,6 +1084,7 @@ fn start_stream<S: Service>(
     };
     let shared = shared.clone();
     tokio::spawn(async move {
+        let _pending = pending;
         let _cancel_on_drop = ctx.cancel.clone().drop_guard();
         let work = shared.service.stream(&ctx, grant, envelope, sink);
         let outcome = guarded(work, route.timeout, &ctx.cancel, &shared.shutdown).await;
@@ -1306,6 +1311,7 @@ async fn handle_download<S: Service>(
     request: Request<Incoming>,
     shared: &Arc<Shared<S>>,
     ctx: RequestContext,
+    pending: PendingGuard,
 ) -> Result<Response<ChannelBody>, Failure> {
     let raw_id = request
         .uri()
@@ -1382,6 +1388,7 @@ async fn handle_download<S: Service>(
     let cancel = ctx.cancel.clone();
     let shutdown = shared.shutdown.clone();
     tokio::spawn(async move {
+        let _pending = pending;
         let _cancel_on_drop = ctx.cancel.clone().drop_guard();
         let mut buffer = vec![0u8; 64 * 1024];
         loop {

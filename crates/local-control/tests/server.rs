@@ -637,3 +637,94 @@ async fn socket_owner_is_us_and_peer_check_passes_for_our_uid() {
     assert_eq!(meta.uid(), rustix::process::getuid().as_raw());
     running.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn requests_past_the_pending_limit_are_rate_limited() {
+    let running = start_with(|config| config.limits.max_pending_requests = 1).await;
+    let client = running.client();
+    let hung = tokio::spawn(async move {
+        client
+            .rpc(&request("r1", "test.hang", json!({})), TIMEOUT)
+            .await
+    });
+    running.service.hanging.notified().await;
+    let error = running
+        .client()
+        .rpc(&request("r2", "test.echo", json!({})), TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::RateLimited);
+    assert!(matches!(error, ClientError::Remote { status: 429, .. }));
+    hung.abort();
+    running.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_connection_fires_the_request_cancellation_signal() {
+    let running = start().await;
+    let client = running.client();
+    let hung = tokio::spawn(async move {
+        client
+            .rpc(&request("r1", "test.hang", json!({})), TIMEOUT)
+            .await
+    });
+    running.service.hanging.notified().await;
+    hung.abort();
+    let _ = hung.await;
+    tokio::time::timeout(TIMEOUT, running.service.hang_cancelled.notified())
+        .await
+        .expect("cancellation seen");
+    assert!(
+        running
+            .service
+            .log()
+            .contains(&"cancelled:test.hang".to_owned())
+    );
+    running.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_result_over_16_mib_is_result_too_large() {
+    let running = start().await;
+    let error = running
+        .client()
+        .rpc(&request("r1", "test.big", json!({})), TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::ResultTooLarge);
+    assert_eq!(error.exit_code(), 6);
+    running.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_head_is_disconnected() {
+    let running =
+        start_with(|config| config.limits.header_read_timeout = Duration::from_millis(100)).await;
+    let mut stream = tokio::net::UnixStream::connect(running.socket())
+        .await
+        .unwrap();
+    stream
+        .write_all(b"POST /v1/rpc HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let response = read_to_close(&mut stream).await;
+    assert!(!response.starts_with("HTTP/1.1 2"), "{response}");
+    running.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refused_client_upload_sends_no_bytes() {
+    let running = start().await;
+    let file = running.dir.path().join("input.bin");
+    std::fs::write(&file, b"never sent").unwrap();
+    let envelope = request("u1", "test.put", json!({"deny": true}));
+    let error = running
+        .client()
+        .upload(&envelope, &file, 64, TIMEOUT)
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::PermissionDenied);
+    assert_eq!(running.service.log(), vec!["authorize:test.put".to_owned()]);
+    assert!(running.temp_files().is_empty());
+    running.server.shutdown().await;
+}

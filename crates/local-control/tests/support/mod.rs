@@ -28,6 +28,10 @@ pub struct TestService {
     pub log: Mutex<Vec<String>>,
     /// Notified when `test.forever` has emitted its first record.
     pub streaming: Notify,
+    /// Notified when `test.hang` is being served.
+    pub hanging: Notify,
+    /// Notified when `test.hang` saw its request's cancellation signal.
+    pub hang_cancelled: Notify,
 }
 
 impl TestService {
@@ -50,7 +54,7 @@ impl Service for Shared {
     fn route(&self, method: &str) -> Option<Route> {
         let minute = Duration::from_secs(60);
         match method {
-            "test.echo" | "test.hang" | "test.denied" => {
+            "test.echo" | "test.hang" | "test.denied" | "test.big" => {
                 Some(Route::new(Transport::Rpc, 1024, minute))
             }
             "test.count" | "test.forever" => Some(Route::new(Transport::Stream, 1024, minute)),
@@ -103,7 +107,19 @@ impl Service for Shared {
     ) -> Result<Value, ErrorBody> {
         self.0.push(format!("call:{}", request.method));
         if request.method == "test.hang" {
+            // Background work holds a clone of the signal: the call's own future is simply dropped.
+            let cancel = ctx.cancel.clone();
+            let service = self.0.clone();
+            tokio::spawn(async move {
+                cancel.cancelled().await;
+                service.push("cancelled:test.hang".to_owned());
+                service.hang_cancelled.notify_one();
+            });
+            self.0.hanging.notify_one();
             std::future::pending::<()>().await;
+        }
+        if request.method == "test.big" {
+            return Ok(json!("b".repeat(16 * 1024 * 1024)));
         }
         let principal = match &ctx.token {
             PresentedToken::Human => "human",
