@@ -64,6 +64,11 @@ pub enum ClientError {
     /// A local problem with the request (e.g. the upload file).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// `DEEPCHAT_CLI_AGENT_TOKEN` is set but is not a token; the descriptor's token is not used instead.
+    #[error(
+        "DEEPCHAT_CLI_AGENT_TOKEN is present but invalid; refusing to fall back to the human token"
+    )]
+    InvalidAgentToken,
     /// A local limit (e.g. the upload file is over the caller's limit).
     #[error("request body too large: {0}")]
     BodyTooLarge(String),
@@ -79,12 +84,33 @@ impl ClientError {
             ClientError::Protocol(_) => ErrorCode::InternalError,
             ClientError::InvalidRequest(_) => ErrorCode::InvalidRequest,
             ClientError::BodyTooLarge(_) => ErrorCode::BodyTooLarge,
+            ClientError::InvalidAgentToken => ErrorCode::AuthenticationFailed,
         }
     }
 
     /// The CLI exit code (2..=8).
     pub fn exit_code(&self) -> u8 {
         self.code().exit_code()
+    }
+}
+
+/// Chooses the token a CLI presents (DeepChat `selectLocalControlToken`): when the `DEEPCHAT_CLI_AGENT_TOKEN`
+/// variable is present at all (`agent_token_env` is its value), that token and nothing else; otherwise the
+/// descriptor's human token.
+///
+/// # Errors
+/// [`ClientError::InvalidAgentToken`] (`authentication_failed`, exit 4) when the variable is present but is not a
+/// well-formed token (empty, not UTF-8, wrong alphabet or length).
+pub fn select_token(
+    descriptor: &Descriptor,
+    agent_token_env: Option<&std::ffi::OsStr>,
+) -> Result<Token, ClientError> {
+    match agent_token_env {
+        None => Ok(descriptor.token.clone()),
+        Some(value) => value
+            .to_str()
+            .and_then(Token::parse)
+            .ok_or(ClientError::InvalidAgentToken),
     }
 }
 
@@ -739,6 +765,35 @@ mod tests {
             ErrorCode::InternalError
         );
         assert_eq!(check("\n".to_owned()), ErrorCode::InternalError);
+    }
+
+    #[test]
+    fn an_agent_token_variable_never_falls_back_to_the_human_token() {
+        use std::ffi::OsStr;
+        let human = Token::generate().unwrap();
+        let descriptor = Descriptor::new(
+            "1",
+            Endpoint::Unix { path: "/s".into() },
+            1,
+            human.clone(),
+            0,
+        );
+        assert_eq!(select_token(&descriptor, None).unwrap(), human);
+        let agent = "b".repeat(43);
+        assert_eq!(
+            select_token(&descriptor, Some(OsStr::new(&agent)))
+                .unwrap()
+                .expose(),
+            agent
+        );
+        for bad in [
+            "",
+            "short",
+            "has space aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        ] {
+            let error = select_token(&descriptor, Some(OsStr::new(bad))).unwrap_err();
+            assert_eq!(error.exit_code(), 4, "{bad:?}");
+        }
     }
 
     #[test]

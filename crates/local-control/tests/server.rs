@@ -254,21 +254,24 @@ async fn rpc_body_limits_hold_at_the_limit_and_one_past_it_whatever_the_framing(
 }
 
 #[tokio::test]
-async fn request_head_over_8_kib_is_refused() {
+async fn request_head_of_8_kib_passes_and_one_byte_more_is_refused() {
     let running = start().await;
     let token = running.server.descriptor().token.expose().to_owned();
-    let head = |pad: usize| {
-        format!(
-            "GET /v1/artifacts/art1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nx-pad: {}\r\n\
-             connection: close\r\n\r\n",
-            "p".repeat(pad)
+    let head = |total: usize| {
+        let base = format!(
+            "GET /v1/artifacts/art1 HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\nx-pad: \r\n\
+             connection: close\r\n\r\n"
+        );
+        base.replacen(
+            "x-pad: ",
+            &format!("x-pad: {}", "p".repeat(total - base.len())),
+            1,
         )
     };
-    assert_eq!(
-        status(&raw(&running.socket(), head(7000).as_bytes()).await),
-        200
-    );
-    let response = raw(&running.socket(), head(9000).as_bytes()).await;
+    assert_eq!(head(8192).len(), 8192);
+    let response = raw(&running.socket(), head(8192).as_bytes()).await;
+    assert_eq!(status(&response), 200, "{response}");
+    let response = raw(&running.socket(), head(8193).as_bytes()).await;
     assert_eq!(status(&response), 431, "{response}");
     running.server.shutdown().await;
 }
