@@ -24,11 +24,8 @@ pub mod settings;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// Protocol version of the envelopes (`LOCAL_CONTROL_PROTOCOL_VERSION`, DeepChat `src/shared/contracts/localControl.ts`).
-pub const PROTOCOL_VERSION: u32 = 1;
-/// Surface version advertised by `cli.version`/`cli.capabilities` (the V2 surface of the DeepChat spec,
-/// section "Descriptor": `surfaceVersion: 2`).
-pub const SURFACE_VERSION: u32 = 2;
+/// Protocol (1) and surface (2) versions that `cli.version`/`cli.capabilities` must report: the transport's.
+pub use crate::limits::{PROTOCOL_VERSION, SURFACE_VERSION};
 
 /// Largest integer JavaScript represents exactly (`Number.MAX_SAFE_INTEGER`); DeepChat bounds sizes by it.
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
