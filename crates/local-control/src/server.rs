@@ -368,6 +368,14 @@ impl Body for ChannelBody {
     fn is_end_stream(&self) -> bool {
         matches!(self, ChannelBody::Full(None))
     }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            ChannelBody::Full(Some(bytes)) => hyper::body::SizeHint::with_exact(bytes.len() as u64),
+            ChannelBody::Full(None) => hyper::body::SizeHint::with_exact(0),
+            ChannelBody::Channel(_) => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// Why the server could not start.
@@ -852,8 +860,9 @@ async fn handle_inner<S: Service>(
         )
         .status(429));
     }
+    // Cancelled with the connection; rpc and upload handlers also cancel it when hyper drops them, streamed
+    // responses when their producing task ends.
     let cancel = state.cancel.child_token();
-    let _cancel_on_drop = cancel.clone().drop_guard();
     let ctx = RequestContext {
         connection_id: state.id,
         peer_uid: state.peer_uid,
@@ -994,6 +1003,7 @@ async fn handle_json<S: Service>(
         ));
     }
     if kind == Kind::Rpc {
+        let _cancel_on_drop = ctx.cancel.clone().drop_guard();
         let run = async {
             let grant = shared
                 .service
@@ -1070,6 +1080,7 @@ fn start_stream<S: Service>(
     };
     let shared = shared.clone();
     tokio::spawn(async move {
+        let _cancel_on_drop = ctx.cancel.clone().drop_guard();
         let work = shared.service.stream(&ctx, grant, envelope, sink);
         let outcome = guarded(work, route.timeout, &ctx.cancel, &shared.shutdown).await;
         let terminal = match outcome {
@@ -1148,6 +1159,7 @@ async fn handle_upload<S: Service>(
     shared: &Arc<Shared<S>>,
     ctx: RequestContext,
 ) -> Result<Response<ChannelBody>, Failure> {
+    let _cancel_on_drop = ctx.cancel.clone().drop_guard();
     let envelope = parse_upload_header(request.headers(), shared.limits.json)?;
     let id = envelope.id.clone();
     let fail =
@@ -1370,7 +1382,7 @@ async fn handle_download<S: Service>(
     let cancel = ctx.cancel.clone();
     let shutdown = shared.shutdown.clone();
     tokio::spawn(async move {
-        let _ = &ctx;
+        let _cancel_on_drop = ctx.cancel.clone().drop_guard();
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let read = tokio::select! {
