@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use agentwire_local_control::envelope::{ErrorBody, ErrorCode};
 use serde_json::json;
-use support::{Host, Script, ok, run, run_with, version_result};
+use support::{Host, Record, Script, ok, run, run_with, version_result};
 
 fn script(results: &[(&str, serde_json::Value)]) -> Script {
     Script {
@@ -590,5 +590,59 @@ async fn agent_callers_cannot_use_out() {
     assert_eq!(out.envelope()["error"]["code"], "permission_denied");
     assert!(host.calls().is_empty());
     assert!(!host.dir.path().join("x.txt").exists());
+    host.stop().await;
+}
+
+#[tokio::test]
+async fn run_watch_and_artifact_get_through_the_real_server() {
+    let id = "AbCdEfGhIjKlMnOpQrStUvWx";
+    let mut script = artifact_script(id, b"hello");
+    script.results.insert(
+        "events.subscribe".to_owned(),
+        ok(json!({"runId":"run-1","lastCursor":"epoch-1:2"})),
+    );
+    script.records = vec![
+        Record {
+            event: "runs.turn.accepted".into(),
+            data: json!({"runId":"run-1","sessionId":"run-1","requestId":null,"messageId":"m-1","acceptedAt":5}),
+            run_id: Some("run-1".into()),
+            cursor: Some("epoch-1:1".into()),
+        },
+        Record {
+            event: "chat.stream.completed".into(),
+            data: json!({"requestId":"q","sessionId":"run-1","messageId":"m-2","completedAt":9}),
+            run_id: Some("run-1".into()),
+            cursor: Some("epoch-1:2".into()),
+        },
+    ];
+    let host = Host::start(script).await;
+    let out = run(
+        &host,
+        &["run", "watch", "--run", "run-1", "--jsonl", "--limit", "5"],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines = out.lines();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    assert_eq!(lines[0]["event"], "runs.turn.accepted");
+    assert_eq!(lines[1]["event"], "chat.stream.completed");
+    assert_eq!(lines[2]["result"]["lastCursor"], "epoch-1:2");
+    assert_eq!(host.calls()[0].1, json!({"runId":"run-1","messageLimit":5}));
+
+    let target = host.dir.path().join("real.txt");
+    let out = run(
+        &host,
+        &[
+            "artifact",
+            "get",
+            "--id",
+            id,
+            "--out",
+            &target.display().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"hello");
     host.stop().await;
 }
