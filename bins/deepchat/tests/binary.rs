@@ -53,3 +53,44 @@ async fn binary_exit_codes_and_envelopes() {
     assert_eq!(envelope["error"]["code"], "invalid_request");
     host.stop().await;
 }
+
+#[tokio::test]
+async fn sigterm_cancels_the_request_and_exits_7() {
+    use agentwire_process::{StopPlan, StopStep};
+    use std::time::Duration;
+
+    let host = support::Host::start(support::Script {
+        hang: vec!["cli.status".to_owned()],
+        ..Default::default()
+    })
+    .await;
+    let data = host.data.display().to_string();
+    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
+    cmd.args(["system", "status", "--json"])
+        .envs([("DEEPCHAT_E2E_USER_DATA_DIR", data.as_str())]);
+    let mut child = cmd.spawn().expect("spawn deepchat");
+    let mut stdout = child.take_stdout().expect("stdout");
+    let reader = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        while let Some(item) = stdout.next().await {
+            if let StdoutItem::Bytes(b) = item {
+                bytes.extend_from_slice(&b);
+            }
+        }
+        bytes
+    });
+    // The signal arrives once the host is inside the call.
+    host.state.entered.notified().await;
+    let plan = StopPlan {
+        final_stdin_line: None,
+        stdin_grace: Duration::ZERO,
+        term_grace: Duration::from_secs(60),
+    };
+    let outcome = child.stop(plan).await;
+    assert_eq!(outcome.ended_by, StopStep::Sigterm);
+    assert_eq!(outcome.status.code_or_signal(), 7);
+    let stdout = String::from_utf8(reader.await.expect("reader")).expect("utf-8");
+    let envelope: Value = serde_json::from_str(stdout.trim()).expect("one envelope");
+    assert_eq!(envelope["error"]["code"], "cancelled");
+    host.stop().await;
+}
