@@ -100,7 +100,10 @@ fn method_names_are_the_wire_names() {
         ours::RunsExportTranscript::NAME,
     ];
     for name in names {
-        assert!(cli::is_method_name(name), "{name}");
+        assert!(
+            agentwire_local_control::envelope::is_valid_method(name),
+            "{name}"
+        );
     }
     let unique: std::collections::HashSet<_> = names.iter().collect();
     assert_eq!(unique.len(), names.len());

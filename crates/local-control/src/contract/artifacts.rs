@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     ContractError, MAX_SAFE_INTEGER, Method, Problem, Validate, check_chars, check_len,
-    is_base64url, is_request_id_char,
+    is_base64url,
 };
 
 /// Latest timestamp a JavaScript `Date` holds, ms (`MAX_DATE_TIMESTAMP_MS`).
@@ -103,8 +103,12 @@ pub fn is_mime_type(value: &str) -> bool {
 impl Validate for ArtifactMetadata {
     fn validate(&self) -> Result<(), ContractError> {
         check_artifact_id("artifact.id", &self.id)?;
-        check_len("artifact.requestId", &self.request_id, 1, 128)?;
-        check_chars("artifact.requestId", &self.request_id, is_request_id_char)?;
+        if !crate::envelope::is_valid_request_id(&self.request_id) {
+            return Err(ContractError::field(
+                "artifact.requestId",
+                Problem::BadFormat,
+            ));
+        }
         check_len("artifact.mimeType", &self.mime_type, 3, 255)?;
         if !is_mime_type(&self.mime_type) {
             return Err(ContractError::field(

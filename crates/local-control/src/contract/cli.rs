@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::envelope::is_valid_method;
+
 use super::{
     ContractError, Method, NoParams, PROTOCOL_VERSION, Problem, SURFACE_VERSION, Validate,
     check_len,
@@ -255,7 +257,8 @@ pub enum ApprovalMode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Capability {
-    /// Method name, `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 characters.
+    /// Method name, `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 characters
+    /// ([`crate::envelope::is_valid_method`]).
     pub method: String,
     /// At least one effect.
     pub possible_effects: Vec<Effect>,
@@ -273,30 +276,9 @@ pub struct Capability {
     pub timeout_ms: u64,
 }
 
-/// `true` when `method` matches DeepChat's method pattern `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`
-/// and is 3..=128 characters long.
-pub fn is_method_name(method: &str) -> bool {
-    if method.len() < 3 || method.len() > 128 {
-        return false;
-    }
-    let mut segments = 0;
-    for segment in method.split('.') {
-        let mut chars = segment.chars();
-        match chars.next() {
-            Some(c) if c.is_ascii_lowercase() => {}
-            _ => return false,
-        }
-        if !chars.all(|c| c.is_ascii_alphanumeric()) {
-            return false;
-        }
-        segments += 1;
-    }
-    segments >= 2
-}
-
 impl Validate for Capability {
     fn validate(&self) -> Result<(), ContractError> {
-        if !is_method_name(&self.method) {
+        if !is_valid_method(&self.method) {
             return Err(ContractError::field("method", Problem::BadFormat));
         }
         if self.possible_effects.is_empty() {
@@ -407,26 +389,6 @@ impl Validate for DoctorResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn method_names_follow_deepchat_pattern() {
-        for ok in ["cli.status", "runs.get", "sessions.runDetached", "a.b.c"] {
-            assert!(is_method_name(ok), "{ok}");
-        }
-        for bad in [
-            "cli",
-            "Cli.status",
-            "cli.",
-            ".cli",
-            "cli.Status",
-            "cli.st-atus",
-            "a.",
-        ] {
-            assert!(!is_method_name(bad), "{bad}");
-        }
-        assert!(is_method_name(&format!("a.{}", "b".repeat(126))));
-        assert!(!is_method_name(&format!("a.{}", "b".repeat(127))));
-    }
 
     #[test]
     fn doctor_message_limit() {

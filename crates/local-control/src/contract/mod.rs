@@ -218,11 +218,6 @@ pub(crate) fn is_base64url(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
-/// DeepChat request-id alphabet (`[A-Za-z0-9._:-]`).
-pub(crate) fn is_request_id_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
-}
-
 /// A number in `min..=max`.
 pub(crate) fn check_range<T: PartialOrd>(
     field: &'static str,

@@ -194,7 +194,7 @@ pub struct PendingApproval {
 impl Validate for PendingApproval {
     fn validate(&self) -> Result<(), ContractError> {
         check_len("approvalId", &self.approval_id, 1, 128)?;
-        if !super::cli::is_method_name(&self.method) {
+        if !crate::envelope::is_valid_method(&self.method) {
             return Err(ContractError::field("method", Problem::BadFormat));
         }
         check_len("summary", &self.summary, 0, 1024)

@@ -33,20 +33,10 @@ pub fn check_run_id(field: &'static str, id: &str) -> Result<(), ContractError> 
     check_len(field, id, 1, RUN_ID_MAX_CHARACTERS)
 }
 
-/// Event cursor `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$` (stream incarnation : offset), ≤ 4096 characters.
+/// Event cursor `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$` (stream incarnation : offset, offset a `u64`, as
+/// [`crate::envelope::Cursor::parse`] reads it), ≤ 4096 characters.
 pub fn is_event_cursor(cursor: &str) -> bool {
-    if cursor.len() > EVENT_CURSOR_MAX_CHARACTERS {
-        return false;
-    }
-    let Some((incarnation, offset)) = cursor.split_once(':') else {
-        return false;
-    };
-    !incarnation.is_empty()
-        && incarnation.chars().all(super::is_base64url)
-        && (offset == "0"
-            || (!offset.is_empty()
-                && !offset.starts_with('0')
-                && offset.chars().all(|c| c.is_ascii_digit())))
+    cursor.len() <= EVENT_CURSOR_MAX_CHARACTERS && crate::envelope::Cursor::parse(cursor).is_some()
 }
 
 /// Session state (`SessionStatusSchema`).
@@ -977,7 +967,18 @@ mod tests {
         for ok in ["a:0", "k3x_-:17", "Z:1234567890"] {
             assert!(is_event_cursor(ok), "{ok}");
         }
-        for bad in ["", ":1", "a:", "a:01", "a:-1", "a:1:2", "a b:1", "a:1x"] {
+        assert!(is_event_cursor("a:18446744073709551615"));
+        for bad in [
+            "",
+            ":1",
+            "a:",
+            "a:01",
+            "a:-1",
+            "a:1:2",
+            "a b:1",
+            "a:1x",
+            "a:18446744073709551616",
+        ] {
             assert!(!is_event_cursor(bad), "{bad}");
         }
         let at_limit = format!("{}:1", "a".repeat(EVENT_CURSOR_MAX_CHARACTERS - 2));
