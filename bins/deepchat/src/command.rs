@@ -982,4 +982,38 @@ mod tests {
         assert_eq!(call("approval list").0.method, "approvals.listPending");
         usage("approval resolve");
     }
+
+    proptest::proptest! {
+        /// Whatever the words, parsing never panics; a leading flag is always a text-mode usage error, and a
+        /// machine mode is only ever inferred from words after the first two.
+        #[test]
+        fn any_argv_parses_or_is_a_usage_error(
+            words in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("--?[a-z-]{0,12}(=[a-z0-9]{0,4})?").unwrap(),
+                    proptest::string::string_regex("[a-z]{1,10}").unwrap(),
+                    proptest::sample::select(vec![
+                        "system".to_owned(), "status".to_owned(), "run".to_owned(), "get".to_owned(),
+                        "--json".to_owned(), "--jsonl".to_owned(), "--timeout".to_owned(), "--run".to_owned(),
+                        "help".to_owned(), "--help".to_owned(), "agent".to_owned(), "--prompt".to_owned(),
+                    ]),
+                ],
+                0..8,
+            )
+        ) {
+            let result = parse(&words, &no_env);
+            if words.first().is_some_and(|w| w.starts_with('-')) {
+                let error = result.expect_err("a leading flag is a usage error");
+                proptest::prop_assert_eq!(error.mode, OutputMode::Text);
+            } else if let Err(error) = result {
+                let tail = words.get(2..).unwrap_or(&[]);
+                if error.mode == OutputMode::Json {
+                    proptest::prop_assert!(tail.iter().any(|w| w == "--json"));
+                }
+                if error.mode == OutputMode::Jsonl {
+                    proptest::prop_assert!(tail.iter().any(|w| w == "--jsonl"));
+                }
+            }
+        }
+    }
 }
