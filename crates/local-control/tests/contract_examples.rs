@@ -107,4 +107,10 @@ fn method_names_are_the_wire_names() {
     }
     let unique: std::collections::HashSet<_> = names.iter().collect();
     assert_eq!(unique.len(), names.len());
+    let listed: Vec<&str> = contract::DEEPCHAT_METHODS
+        .iter()
+        .chain(contract::OUR_METHODS.iter())
+        .copied()
+        .collect();
+    assert_eq!(listed, names);
 }

@@ -27,6 +27,31 @@ use serde::de::DeserializeOwned;
 /// Protocol (1) and surface (2) versions that `cli.version`/`cli.capabilities` must report: the transport's.
 pub use crate::limits::{PROTOCOL_VERSION, SURFACE_VERSION};
 
+/// Wire names of the DeepChat methods typed here (issue 7's CLI surface).
+pub const DEEPCHAT_METHODS: [&str; 13] = [
+    "cli.status",
+    "cli.version",
+    "cli.capabilities",
+    "cli.doctor",
+    "sessions.runDetached",
+    "runs.get",
+    "runs.cancel",
+    "events.subscribe",
+    "artifacts.describe",
+    "artifacts.read",
+    "artifacts.delete",
+    "settings.getPublic",
+    "settings.updatePublic",
+];
+
+/// Wire names of agentwire's additive methods ([`ours`]).
+pub const OUR_METHODS: [&str; 4] = [
+    "threads.list",
+    "threads.get",
+    "approvals.listPending",
+    "runs.exportTranscript",
+];
+
 /// Largest integer JavaScript represents exactly (`Number.MAX_SAFE_INTEGER`); DeepChat bounds sizes by it.
 pub const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
