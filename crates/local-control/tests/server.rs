@@ -15,8 +15,6 @@ use serde_json::json;
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
-
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::symlink_metadata(path)
         .unwrap()

@@ -179,7 +179,18 @@ pub struct Running {
     pub dir: tempfile::TempDir,
 }
 
+/// Client timeout for calls that are expected to finish.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 impl Running {
+    /// A human client of `server`.
+    pub fn client_for(server: &Server) -> Client {
+        Client::new(
+            server.layout().socket_path.clone(),
+            server.descriptor().token.clone(),
+        )
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.server.layout().socket_path.clone()
     }
