@@ -27,6 +27,7 @@
 //! TCP.
 
 pub mod client;
+pub mod contract;
 pub mod descriptor;
 pub mod endpoint;
 pub mod envelope;
