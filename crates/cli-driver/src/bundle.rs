@@ -312,7 +312,11 @@ impl Driver {
     pub fn resolve_binary(&self, root: &Path, path_var: Option<&OsStr>) -> Option<PathBuf> {
         let bin = &self.manifest.bin;
         if bin.contains('/') {
-            let path = root.join(bin);
+            let relative: PathBuf = Path::new(bin)
+                .components()
+                .filter(|c| !matches!(c, std::path::Component::CurDir))
+                .collect();
+            let path = root.join(relative);
             return is_executable(&path).then_some(path);
         }
         std::env::split_paths(path_var?)
