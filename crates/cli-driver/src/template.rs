@@ -684,4 +684,25 @@ mod tests {
         check_error("--x=${input.x | flag('--x')}", 0, "whole token");
         check_error("a${input.x | optional('--x', input.x)}", 0, "whole token");
     }
+
+    proptest::proptest! {
+        /// Any token either parses or fails with an offset inside it; never a panic. A parsed mixed token always
+        /// expands to exactly one argument, and a literal token to itself.
+        #[test]
+        fn any_token_parses_or_fails_cleanly(token in "(\\$\\{|\\}|input|secrets\\.TOKEN|\\.|[a-z]|\\||default\\('x'\\)|flag\\('-f'\\)|json|optional\\('-o', input\\.a\\)|[ ('\",)]|é|-){0,24}") {
+            match Template::parse(&token) {
+                Err(e) => proptest::prop_assert!(e.at <= token.len()),
+                Ok(template) => {
+                    let mut out = Vec::new();
+                    template.expand(&scope(json!({"a": [1, "x"], "b": {"c": true}})), &mut out);
+                    if !template.is_whole() {
+                        proptest::prop_assert_eq!(out.len(), 1);
+                    }
+                    if !token.contains("${") {
+                        proptest::prop_assert_eq!(out[0].text.as_str(), token.as_str());
+                    }
+                }
+            }
+        }
+    }
 }
