@@ -214,6 +214,18 @@ fn locate(yaml: &str, field: &str) -> Option<usize> {
     found.map(|i| i + FRONT_MATTER_FIRST_LINE)
 }
 
+/// [`locate`] of `field`, else of its nearest ancestor that can be found (flow-style YAML puts several fields on
+/// one line).
+fn locate_nearest(yaml: &str, field: &str) -> Option<usize> {
+    let mut path = field;
+    loop {
+        if let Some(line) = locate(yaml, path) {
+            return Some(line);
+        }
+        path = path.rsplit_once('.')?.0;
+    }
+}
+
 struct Ctx<'a> {
     path: &'a Path,
     yaml: &'a str,
@@ -222,7 +234,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn invalid(&self, field: &str, message: impl Into<String>) -> LoadError {
         LoadError::new(LoadErrorKind::Invalid, self.path, message)
-            .at(locate(self.yaml, field), Some(field.to_owned()))
+            .at(locate_nearest(self.yaml, field), Some(field.to_owned()))
     }
 
     fn parse<T: for<'de> Deserialize<'de>>(&self) -> Result<T, LoadError> {
@@ -230,15 +242,22 @@ impl Ctx<'_> {
             let line = e.location().map(|l| l.line() + FRONT_MATTER_FIRST_LINE - 1);
             let message = e.to_string();
             // serde_norway appends " at line N column M"; the line is reported separately.
-            let message = message
-                .split(" at line ")
-                .next()
-                .unwrap_or(&message)
-                .to_owned();
-            let field = message
-                .split_once(": ")
-                .filter(|(path, _)| !path.contains(' '))
-                .map(|(path, _)| path.to_owned());
+            let message = message.split(" at line ").next().unwrap_or(&message);
+            // "implements[0].argv: invalid type: …" → field `implements.0.argv`, message "invalid type: …";
+            // "missing field `kind`" names the field inside the path.
+            let (path, message) = match message.split_once(": ") {
+                Some((path, rest)) if !path.contains(' ') => (Some(path), rest),
+                _ => (None, message),
+            };
+            let path = path.map(|p| p.replace('[', ".").replace(']', ""));
+            let missing = message
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next());
+            let field = match (path, missing) {
+                (Some(path), Some(name)) => Some(format!("{path}.{name}")),
+                (None, Some(name)) => Some(name.to_owned()),
+                (path, None) => path,
+            };
             LoadError::new(LoadErrorKind::Invalid, self.path, message).at(line, field)
         })
     }
@@ -561,7 +580,7 @@ pub fn parse_driver(path: &Path, text: &str) -> Result<DriverManifest, LoadError
     )?
     .unwrap_or_default();
     let cwd = one_of(&ctx, cli.cwd, "metadata.cli.cwd", raw.cwd, "cwd")?;
-    let cwd_line = locate(yaml, "metadata.cli.cwd").or_else(|| locate(yaml, "cwd"));
+    let cwd_line = locate(yaml, "metadata.cli.cwd").or_else(|| locate_nearest(yaml, "cwd"));
     let sandbox = one_of(
         &ctx,
         cli.sandbox,
@@ -748,7 +767,10 @@ inputs:\n  type: object\n  properties:\n    msg: {type: string}\n  required: [ms
         assert_eq!(e.line, Some(5), "{e}");
         assert!(e.to_string().contains("mutates"), "{e}");
         let e = tool_err("---\nid: echo\nversion: 1.0.0\n---\n");
-        assert!(e.message.contains("description"), "{e}");
+        assert_eq!(
+            (e.field.as_deref(), e.message.as_str()),
+            (Some("description"), "missing field `description`")
+        );
         let e =
             tool_err("---\nid: echo\ndescription: d\nversion: 1.0.0\ninputs: {type: 12}\n---\n");
         assert_eq!(e.field.as_deref(), Some("inputs"), "{e}");
@@ -901,6 +923,26 @@ auth:
         assert!(e.message.contains("'xml'"), "{e}");
         let e = driver_err(&SNAKE.replace("pass: [PATH]", "pass: [\"A=B\"]"));
         assert_eq!(e.field.as_deref(), Some("sandbox.env"));
+        let e = driver_err(&SNAKE.replace("    version: ^1\n", ""));
+        assert_eq!(e.field.as_deref(), Some("implements.0.version"), "{e}");
+        assert_eq!(e.message, "missing field `version`");
+        let e = driver_err(&SNAKE.replace("argv: [\"${input.msg}\"]", "argv: 12"));
+        assert_eq!(
+            (e.field.as_deref(), e.line),
+            (Some("implements.0.argv"), Some(18)),
+            "{e}"
+        );
+        assert!(e.message.starts_with("invalid type: integer `12`"), "{e}");
+        let flow = SNAKE.replace(
+            "argv: [\"${input.msg}\"]",
+            "metadata: {cli: {argv: [\"${input.x\"]}}",
+        );
+        let e = driver_err(&flow);
+        assert_eq!(
+            (e.field.as_deref(), e.line),
+            (Some("implements.0.argv.0"), Some(16)),
+            "{e}"
+        );
         let e = driver_err(&SNAKE.replace("tool: echo", "tool: ./tools/echo/README.md"));
         assert_eq!(e.field.as_deref(), Some("implements.0.tool"));
     }
