@@ -651,9 +651,45 @@ fn drivers_must_implement_declared_tools_in_range() {
 
 const PLANTED: &str = "PLANTED-s3cret-4f2a";
 
+/// A `tracing` writer into memory.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogBuffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+    }
+}
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LogBuffer;
+    fn make_writer(&'a self) -> LogBuffer {
+        self.clone()
+    }
+}
+
 /// Every failure path, and a success, with the secret planted where it could leak: argv, stderr, stdout, input.
 #[tokio::test]
 async fn a_planted_secret_never_appears_in_any_output() {
+    // Every log line of this (current-thread) test, at debug level, is captured and grepped too.
+    let logs = LogBuffer::default();
+    let _subscriber = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(logs.clone())
+            .with_ansi(false)
+            .finish(),
+    );
     let app = TempApp::new();
     let pids = app.root().join("pids");
     let secret_driver = |tool: &str, bin: &str, format: &str| {
@@ -731,6 +767,10 @@ esac\n",
         .unwrap();
     seen.push(format!("{invocation:?} {:?}", invocation.redacted_argv()));
     seen.push(format!("{context:?} {bundle:?}"));
+    let log_text = logs.text();
+    assert!(log_text.contains("tool call failed"), "{log_text}");
+    assert!(log_text.contains(r#"argv=["***", "***", "stderr"]"#), "{log_text}");
+    seen.push(log_text);
     let all = seen.join("\n");
     assert!(!all.contains(PLANTED), "the secret leaked:\n{all}");
     // Every path ran and produced what it should (so the grep above saw real output).
