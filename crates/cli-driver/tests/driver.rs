@@ -438,6 +438,35 @@ async fn the_environment_is_exactly_pass_plus_set() {
 }
 
 #[tokio::test]
+async fn a_signal_is_reported_as_128_plus_its_number() {
+    let app = TempApp::new();
+    app.tool("tt", "")
+        .script("die", "kill -\"$1\" $$\n")
+        .driver(
+            "dd",
+            "bin: ./bin/die\nimplements:\n  - tool: tt\n    version: ^1\n    argv: [\"${input.signal}\"]\n",
+        );
+    let bundle = app.load();
+    let err = call(&bundle, "tt", json!({"signal": "KILL"}), &ctx(&[]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code, err.exit_code),
+        (ErrorCode::Killed, Some(137)),
+        "{err}"
+    );
+    assert_eq!(err.message, "exit code 137");
+    let err = call(&bundle, "tt", json!({"signal": "TERM"}), &ctx(&[]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code, err.exit_code),
+        (ErrorCode::UpstreamError, Some(143)),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn a_missing_binary_is_spawn_failed() {
     let app = TempApp::new();
     app.tool("tt", "").driver(
@@ -769,7 +798,10 @@ esac\n",
     seen.push(format!("{context:?} {bundle:?}"));
     let log_text = logs.text();
     assert!(log_text.contains("tool call failed"), "{log_text}");
-    assert!(log_text.contains(r#"argv=["***", "***", "stderr"]"#), "{log_text}");
+    assert!(
+        log_text.contains(r#"argv=["***", "***", "stderr"]"#),
+        "{log_text}"
+    );
     seen.push(log_text);
     let all = seen.join("\n");
     assert!(!all.contains(PLANTED), "the secret leaked:\n{all}");
