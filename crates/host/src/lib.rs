@@ -10,6 +10,7 @@
 pub mod acp_turn;
 pub mod agents;
 pub mod attachments;
+pub mod control;
 pub mod detached;
 pub mod ids;
 pub mod paths;

@@ -993,6 +993,36 @@ impl Store {
         rows.into_iter().map(into_thread).collect()
     }
 
+    /// Up to `limit` threads updated before `before` (`(updated_at_ms, id)`, exclusive; `None` = from the newest),
+    /// most recently updated first, only those of `agent` when given: a stable page for cursor paging.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn list_threads_page(
+        &self,
+        limit: usize,
+        before: Option<(i64, &str)>,
+        agent: Option<&str>,
+    ) -> Result<Vec<ThreadRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(THREAD_SELECT_PAGE)
+            .map_err(db("listing threads"))?;
+        let (before_at, before_id) = match before {
+            Some((at, id)) => (Some(at), Some(id)),
+            None => (None, None),
+        };
+        let rows = stmt
+            .query_map(
+                params![to_i64(limit as u64), before_at, before_id, agent],
+                thread_row,
+            )
+            .map_err(db("listing threads"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("listing threads"))?;
+        rows.into_iter().map(into_thread).collect()
+    }
+
     /// The thread `id` with its messages, runs and session history.
     ///
     /// # Errors
@@ -1200,6 +1230,11 @@ macro_rules! thread_select {
 const THREAD_SELECT_BY_ID: &str = thread_select!("WHERE t.id=?1");
 const THREAD_SELECT_RECENT: &str =
     thread_select!("ORDER BY t.updated_at_ms DESC, t.rowid DESC LIMIT ?1");
+const THREAD_SELECT_PAGE: &str = thread_select!(
+    "WHERE (?2 IS NULL OR t.updated_at_ms < ?2 OR (t.updated_at_ms = ?2 AND t.id < ?3))
+       AND (?4 IS NULL OR t.agent = ?4)
+     ORDER BY t.updated_at_ms DESC, t.id DESC LIMIT ?1"
+);
 
 type ThreadRow = (String, String, String, Option<String>, i64, i64, i64);
 
