@@ -13,6 +13,7 @@
 //! approval (CLI mutation guard: a fresh approval per request, failing closed at once with no renderer) → dispatch;
 //! every decision is written to the audit log (method, effect, outcome, hash of the redacted arguments).
 
+pub mod approver;
 mod runs;
 pub mod settings;
 
