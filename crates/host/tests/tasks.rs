@@ -30,13 +30,13 @@ impl Server {
         let store = TaskStore::open(dir).expect("open task store");
         let service = TaskService::new(store, TaskLimits::default());
         let allow = AllowList::new(allow).expect("allow-list");
-        let server = TaskServer::bind("127.0.0.1:0".parse().unwrap(), false)
+        let server = TaskServer::bind(SocketAddr::from(([127, 0, 0, 1], 0)), false)
             .await
             .expect("bind");
         let addr = server.local_addr();
         let shutdown = CancellationToken::new();
         let workers = service.start_workers(allow, WorkerConfig::default(), shutdown.clone());
-        let key = ApiKey::new(Some(KEY)).unwrap();
+        let key = ApiKey::new(Some(KEY)).expect("test key");
         let token = shutdown.clone();
         let done = tokio::spawn(async move {
             server.serve(service, key, config, token).await;
