@@ -36,6 +36,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
             agents_list(cli.config_dir.as_deref(), json)
         }
         Command::Check(args) => check(args).await,
+        Command::Serve(args) => crate::serve::serve(cli.data_dir.as_deref(), args).await,
     }
 }
 

@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod exit;
 mod render;
+mod serve;
 
 use std::process::ExitCode;
 
