@@ -49,43 +49,53 @@ pub enum Command {
     /// Check an agent CLI against the AWP protocol rules (a scripted two-turn conversation plus a resume).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
-    /// Serve the managed-task API (POST /v1/tasks, GET /v1/tasks/{id}) until SIGINT or SIGTERM.
-    /// The local control plane (Unix socket for `deepchat`) is not built yet: --tasks-listen is required.
+    /// Serve the local control plane (the `deepchat` CLI's Unix socket) until SIGINT or SIGTERM, with an
+    /// approvals console on this terminal; optionally the managed-task API (--tasks-listen).
     #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
 }
 
 const SERVE_EXAMPLES: &str = "\
 Examples:
+  awp-host serve                                   local control plane + approvals console on this terminal
+  deepchat system status                           (in another terminal) talk to it
+  deepchat agent run --agent awp-agent --prompt hi  a detached run; `deepchat run watch --run ID` follows it
+  awp-host serve --approvals-socket /run/user/1000/awp-approver.sock --console off
   AWP_CONTROL_PLANE_API_KEY=$(openssl rand -hex 32) \\
-    awp-host serve --tasks-listen 127.0.0.1:8100 --tasks-allow /usr/bin/echo --tasks-allow /usr/bin/git
-  curl -s -H \"Authorization: Bearer $AWP_CONTROL_PLANE_API_KEY\" -H 'Content-Type: application/json' \\
-    -H 'Idempotency-Key: demo-1' -d '{\"argv\":[\"echo\",\"hi\"],\"timeout_seconds\":30}' \\
-    http://127.0.0.1:8100/v1/tasks
+    awp-host serve --tasks-listen 127.0.0.1:8100 --tasks-allow /usr/bin/echo
 
-The API key is AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes, no whitespace); without it serve refuses to start.
-The first stdout line is `awp-host: tasks api listening on http://ADDR` (port 0 picks a free port).
-Tasks are stored in the data directory's SQLite store; one `serve` per data directory. A task that was running
-when serve stopped is `lost` (never re-run); queued tasks run after a restart. The worker runs argv without a
-shell and only executables on the allow-list (checked when the task runs, by canonical path; anything else ends
-`failed` with `executable_not_allowed`). Not built yet: the local control plane and the approvals console.
-Exit codes: 0 stopped by SIGINT/SIGTERM, 2 usage (bad address, missing or invalid key, bad --tasks-allow),
-3 another serve uses the data directory (tasks_busy), 8 store failure.";
+Local control plane: a Unix socket and descriptor under <data dir>/local-control/ (DeepChat's layout:
+local-control.json, token rotated every start). `deepchat` finds it through the same data dir.
+Approvals: sensitive mutations (e.g. settings.updatePublic of an execution setting) wait for an answer on the
+approvals console (y = allow, anything else = deny) or from the program on --approvals-socket; with neither they
+are denied at once (approval_denied, deepchat exit 5).
+The first stdout line is `awp-host: local control listening on PATH`; with --tasks-listen a second line says
+`awp-host: tasks api listening on http://ADDR` (port 0 picks a free port). The task API key is
+AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes); tasks run only executables on the allow-list.
+Shutdown (SIGINT/SIGTERM): stop accepting, end open streams with `unavailable`, cancel live runs (recorded
+cancelled), deny pending approvals, remove socket and descriptor.
+Exit codes: 0 stopped by a signal, 2 usage, 3 another serve already runs for this data directory, 8 failure.";
 
 /// `serve` arguments.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address of the managed-task API: a loopback IP and port, e.g. 127.0.0.1:8100 (port 0 picks a free port).
-    /// Required while the local control plane is not built
-    #[arg(long, value_name = "ADDR", required = true)]
-    pub tasks_listen: std::net::SocketAddr,
+    /// Also serve the managed-task API on this loopback address, e.g. 127.0.0.1:8100 (port 0 picks a free port)
+    #[arg(long, value_name = "ADDR")]
+    pub tasks_listen: Option<std::net::SocketAddr>,
     /// An executable tasks may run (repeatable); resolved to its canonical path at start. Without any, every task
     /// fails with executable_not_allowed
-    #[arg(long = "tasks-allow", value_name = "PATH")]
+    #[arg(long = "tasks-allow", value_name = "PATH", requires = "tasks_listen")]
     pub tasks_allow: Vec<PathBuf>,
     /// Tasks run at once
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = parse_limit)]
     pub tasks_workers: usize,
+    /// Open a second Unix socket for a trusted approver program (its token is written to PATH.token, 0600)
+    #[arg(long, value_name = "PATH")]
+    pub approvals_socket: Option<PathBuf>,
+    /// The approvals console on this terminal: auto (when stdin and stderr are terminals), on (read answers from
+    /// stdin even when it is not a terminal), off
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub console: String,
 }
 
 const CHAT_EXAMPLES: &str = "\

@@ -1069,9 +1069,18 @@ fn start_stream<S: Service>(
         sequence: 0,
     };
     let shared = shared.clone();
+    // The request's own token fires when `handle` returns, before the stream is written: the stream's work
+    // instead ends when its response body is dropped (the client went away or the connection closed).
+    let mut ctx = ctx;
+    let stream_cancel = CancellationToken::new();
+    ctx.cancel = stream_cancel.clone();
     tokio::spawn(async move {
+        let _cancel_when_done = stream_cancel.drop_guard();
         let work = shared.service.stream(&ctx, grant, envelope, sink);
-        let outcome = guarded(work, route.timeout, &ctx.cancel, &shared.shutdown).await;
+        let outcome = tokio::select! {
+            outcome = guarded(work, route.timeout, &ctx.cancel, &shared.shutdown) => outcome,
+            () = tx.closed() => return,
+        };
         let terminal = match outcome {
             Ok(result) => ResponseEnvelope::success(id.clone(), result),
             Err(error) => ResponseEnvelope::failure(id.clone(), error),
@@ -1367,15 +1376,15 @@ async fn handle_download<S: Service>(
     common_headers(&mut response_headers);
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let mut reader = download.reader.take(download.size);
-    let cancel = ctx.cancel.clone();
     let shutdown = shared.shutdown.clone();
+    // Not the request's token (it fires when `handle` returns): the copy ends when the body is dropped.
     tokio::spawn(async move {
         let _ = &ctx;
         let mut buffer = vec![0u8; 64 * 1024];
         loop {
             let read = tokio::select! {
                 read = reader.read(&mut buffer) => read,
-                () = cancel.cancelled() => break,
+                () = tx.closed() => break,
                 () = shutdown.cancelled() => break,
             };
             match read {

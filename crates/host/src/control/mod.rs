@@ -230,6 +230,21 @@ impl ControlPlane {
         Ok(plane)
     }
 
+    /// Issues an agent token scoped to conversation (thread) `conversation` with [`AGENT_SCOPES`], as a run's
+    /// agent gets in `DEEPCHAT_CLI_AGENT_TOKEN`; it expires with the default TTL (35 min) and is not tied to a run.
+    ///
+    /// # Errors
+    /// The token authority's code (`invalid_request`, `rate_limited` when full).
+    pub fn issue_agent_token(&self, conversation: &str) -> Result<String, String> {
+        lock(&self.inner.tokens)
+            .issue(
+                IssueRequest::new(conversation, AGENT_SCOPES.to_vec()),
+                Instant::now(),
+            )
+            .map(|issued| issued.token.expose().to_owned())
+            .map_err(|e| e.code().to_owned())
+    }
+
     /// Gives `cli.status` the transport's counters.
     pub fn set_server_stats(&self, stats: Arc<dyn ServerStats>) {
         let _ = self.inner.stats.set(stats);
