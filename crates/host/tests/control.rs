@@ -40,7 +40,7 @@ fn registry(dir: &Path) -> Arc<AgentRegistry> {
 }
 
 async fn host() -> Host {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().expect("temp dir");
     let data = tmp.path().join("data");
     let plane = ControlPlane::open(ControlConfig::new(&data, "9.9.9"), registry(tmp.path()))
         .await
