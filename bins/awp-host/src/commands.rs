@@ -37,6 +37,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         }
         Command::Check(args) => check(args).await,
         Command::Tools(cmd) => crate::tools::run(cmd).await,
+        Command::Serve(args) => {
+            crate::serve::serve(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
+        }
     }
 }
 
@@ -61,7 +64,7 @@ fn store_failure(e: &StoreError) -> Failure {
     Failure::from_error(exit, e.code(), e)
 }
 
-fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
+pub(crate) fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
     let dir = paths::config_dir(flag, &env_lookup)
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let exe_dir = std::env::current_exe()

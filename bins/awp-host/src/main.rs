@@ -9,6 +9,7 @@ mod commands;
 mod exit;
 mod render;
 mod tools;
+mod serve;
 
 use std::process::ExitCode;
 

@@ -240,16 +240,19 @@ impl RunManager {
                         done: done_rx.clone(),
                     },
                 );
+                // The embedder's hook runs before `start` returns, so whatever it registers (e.g. the run with
+                // an event hub) is in place when the caller learns the run id.
+                let env = match &manager.agent_env {
+                    Some(env) => env(thread, run),
+                    None => Vec::new(),
+                };
                 if let Some(sender) = lock(&recorded_tx).take() {
                     let _ = sender.send(StartedRun {
                         thread_id: thread.clone(),
                         run_id: run.clone(),
                     });
                 }
-                match &manager.agent_env {
-                    Some(env) => env(thread, run),
-                    None => Vec::new(),
-                }
+                env
             }))
         };
         let options = TurnOptions {

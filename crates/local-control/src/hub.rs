@@ -753,6 +753,16 @@ impl EventHub {
         self.lock().core.incarnation().to_owned()
     }
 
+    /// The cursor of the newest event (see [`HubCore::head`]).
+    pub fn head(&self) -> Cursor {
+        self.lock().core.head()
+    }
+
+    /// The cursor just after `event` (see [`HubCore::cursor_of`]).
+    pub fn cursor_of(&self, event: &HubEvent) -> Cursor {
+        self.lock().core.cursor_of(event)
+    }
+
     /// See [`HubCore::start_run`]; `now` is read here.
     ///
     /// # Errors
