@@ -651,7 +651,8 @@ async fn serve_connection<S: Service>(
 struct Failure {
     status: u16,
     id: String,
-    error: ErrorBody,
+    // Boxed: with serde_json's `preserve_order` (switched on by other workspace members) `ErrorBody` is large.
+    error: Box<ErrorBody>,
 }
 
 impl Failure {
@@ -659,7 +660,7 @@ impl Failure {
         Failure {
             status: code.http_status(),
             id: UNKNOWN_REQUEST_ID.to_owned(),
-            error: ErrorBody::new(code, message),
+            error: Box::new(ErrorBody::new(code, message)),
         }
     }
 
@@ -672,7 +673,7 @@ impl Failure {
         Failure {
             status: error.code.http_status(),
             id: id.to_owned(),
-            error,
+            error: Box::new(error),
         }
     }
 }
@@ -732,7 +733,7 @@ fn common_headers(headers: &mut HeaderMap) {
 fn failure_response(failure: Failure) -> Response<ChannelBody> {
     json_response(
         failure.status,
-        &ResponseEnvelope::failure(failure.id, failure.error),
+        &ResponseEnvelope::failure(failure.id, *failure.error),
     )
 }
 
