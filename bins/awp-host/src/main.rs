@@ -8,8 +8,8 @@ mod cli;
 mod commands;
 mod exit;
 mod render;
-mod tools;
 mod serve;
+mod tools;
 
 use std::process::ExitCode;
 

@@ -106,7 +106,7 @@ pub async fn serve(
         _ => std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
     };
     if console {
-        eprintln!("awp-host: approvals console: pending approvals appear here; answer y to allow");
+        say("awp-host: approvals console: pending approvals appear here; answer y to allow")?;
         background.spawn(approvals_console(
             plane.approvals().clone(),
             shutdown.clone(),
@@ -178,6 +178,12 @@ async fn prepare_tasks(
     Ok((server, service, key, allow))
 }
 
+/// Writes a console line to stdout; a closed stdout only loses the line (the console keeps answering).
+fn show(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
 /// One approval as the console shows it: id, method, effect and the redacted summary, escaped.
 fn describe(approval: &ApprovalSnapshot) -> String {
     let effect = approval
@@ -212,7 +218,8 @@ async fn approvals_console(approvals: Approvals, shutdown: CancellationToken) {
         if shown.is_none()
             && let Some(next) = renderer.pending().into_iter().next()
         {
-            eprintln!("awp-host: {}", describe(&next));
+            // On stdout, where the listening lines are: the console is the operator's view.
+            show(&format!("awp-host: {}", describe(&next)));
             shown = Some(next);
         }
         tokio::select! {
@@ -221,7 +228,7 @@ async fn approvals_console(approvals: Approvals, shutdown: CancellationToken) {
                 None => return,
                 Some(RendererEvent::Approval(ApprovalEvent::Decided { id, decision, .. })) => {
                     if shown.as_ref().is_some_and(|a| a.id == id) {
-                        eprintln!("awp-host: approval {id} {}", decision.code());
+                        show(&format!("awp-host: approval {id} {}", decision.code()));
                         shown = None;
                     }
                 }
