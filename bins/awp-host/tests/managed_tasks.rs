@@ -335,6 +335,16 @@ async fn a_task_running_when_serve_stops_is_lost_after_the_restart_and_never_rer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_to_start_without_a_key_off_loopback_or_twice_on_one_data_dir() {
     let host = Host::new();
+    let help = host.run(&["serve", "--help"]).await;
+    assert_eq!(help.code, 0, "{help:?}");
+    for needle in [
+        "--tasks-listen <ADDR>",
+        "--tasks-allow <PATH>",
+        "not built yet",
+        "AWP_CONTROL_PLANE_API_KEY",
+    ] {
+        assert!(help.stdout.contains(needle), "{needle}: {}", help.stdout);
+    }
     let out = host.run(&["serve", "--tasks-listen", "127.0.0.1:0"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("(tasks_api_key_missing)"), "{out:?}");
