@@ -274,6 +274,22 @@ async fn a_repeated_submission_of_the_same_call_does_not_run_twice() {
         }
     }
     assert_eq!(std::fs::read_to_string(&marker).expect("marker"), "ran\n");
+    // The next turn of that session asks again with the same words: a new turn, a new task.
+    let mut env = managed_env(&serve);
+    env.push((
+        "AWP_AGENT_SESSION_DIR",
+        host.path("sessions-b").display().to_string(),
+    ));
+    let text = agent_turn(&refs(&env), "replayed-session", &prompt).await;
+    assert_ne!(
+        task_id(&text),
+        task_id(first_text.as_deref().expect("first")),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("marker"),
+        "ran\nran\n"
+    );
     assert_eq!(serve.stop().await, Some(0));
 }
 
