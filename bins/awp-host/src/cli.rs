@@ -51,7 +51,7 @@ pub enum Command {
     /// Check an agent CLI against the AWP protocol rules (a scripted two-turn conversation plus a resume).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
-    /// Serve the managed-task API (POST /v1/tasks, GET /v1/tasks/{id}) until SIGINT or SIGTERM.
+    /// Serve the managed-task API (POST /v1/tasks, GET /v1/tasks/{id}) until SIGINT, SIGTERM or SIGHUP.
     /// The local control plane (Unix socket for `deepchat`) is not built yet: --tasks-listen is required.
     #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
@@ -71,7 +71,7 @@ Tasks are stored in the data directory's SQLite store; one `serve` per data dire
 when serve stopped is `lost` (never re-run); queued tasks run after a restart. The worker runs argv without a
 shell and only executables on the allow-list (checked when the task runs, by canonical path; anything else ends
 `failed` with `executable_not_allowed`). Not built yet: the local control plane and the approvals console.
-Exit codes: 0 stopped by SIGINT/SIGTERM, 2 usage (bad address, missing or invalid key, bad --tasks-allow),
+Exit codes: 0 stopped by SIGINT/SIGTERM/SIGHUP, 2 usage (bad address, missing or invalid key, bad --tasks-allow),
 3 another serve uses the data directory (tasks_busy), 8 store failure.";
 
 /// `serve` arguments.

@@ -83,7 +83,7 @@ pub async fn serve(data_dir: Option<&Path>, args: ServeArgs) -> Result<Exit, Fai
     Ok(Exit::Ok)
 }
 
-/// Cancels `shutdown` at the first SIGINT or SIGTERM.
+/// Cancels `shutdown` at the first SIGINT, SIGTERM or SIGHUP (as `chat` treats them alike).
 fn cancel_on_signals(shutdown: CancellationToken) -> Result<(), Failure> {
     #[cfg(unix)]
     {
@@ -93,10 +93,12 @@ fn cancel_on_signals(shutdown: CancellationToken) -> Result<(), Failure> {
         };
         let mut interrupt = make(SignalKind::interrupt())?;
         let mut terminate = make(SignalKind::terminate())?;
+        let mut hangup = make(SignalKind::hangup())?;
         tokio::spawn(async move {
             tokio::select! {
                 _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
+                _ = hangup.recv() => {}
             }
             eprintln!("awp-host: stopping (running tasks are stopped and recorded lost)");
             shutdown.cancel();
