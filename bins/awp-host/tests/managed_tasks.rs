@@ -26,7 +26,14 @@ impl Serve {
         for path in allow {
             args.extend(["--tasks-allow", path]);
         }
-        let mut child = host.spawn_with_env(&args, &[("AWP_CONTROL_PLANE_API_KEY", KEY)]);
+        // Debug logging on, so that the check for the key in serve's output covers every log line.
+        let mut child = host.spawn_with_env(
+            &args,
+            &[
+                ("AWP_CONTROL_PLANE_API_KEY", KEY),
+                ("AWP_HOST_LOG", "debug"),
+            ],
+        );
         let mut stdout = child.take_stdout().expect("stdout");
         let line = read_until(&mut stdout, "\n").await;
         let addr = line
@@ -42,7 +49,7 @@ impl Serve {
         format!("http://{}", self.addr)
     }
 
-    /// SIGTERM; returns the exit code.
+    /// SIGTERM; returns the exit code. Checks that the key never appeared in serve's stderr.
     async fn stop(self) -> Option<i32> {
         let plan = StopPlan::new()
             .stdin_grace(Duration::ZERO)
@@ -50,6 +57,10 @@ impl Serve {
         let outcome = tokio::time::timeout(RUN_TIMEOUT, self.child.stop(plan))
             .await
             .expect("serve stops");
+        let tail = self.child.stderr_tail();
+        tail.finished().await;
+        let stderr = tail.tail_lossy();
+        assert!(!stderr.contains(KEY), "the key leaked: {stderr}");
         outcome.status.code
     }
 
@@ -139,6 +150,10 @@ async fn chat_runs_a_managed_task_through_serve_and_its_output_reaches_the_answe
         ])
         .await;
     assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        !out.stdout.contains(KEY) && !out.stderr.contains(KEY),
+        "the key leaked: {out:?}"
+    );
     let record = out.json();
     let text = record["text"].as_str().expect("text");
     assert!(text.contains("succeeded, exit code 0"), "{text}");
