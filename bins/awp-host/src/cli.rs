@@ -51,6 +51,9 @@ pub enum Command {
     /// Check an agent CLI against the AWP protocol rules (a scripted two-turn conversation plus a resume).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// List and call the tools an app bundle declares (`.agentproto/tools` and `.agentproto/drivers`).
+    #[command(subcommand)]
+    Tools(ToolsCommand),
     /// Serve the managed-task API (POST /v1/tasks, GET /v1/tasks/{id}) until SIGINT, SIGTERM or SIGHUP.
     /// The local control plane (Unix socket for `deepchat`) is not built yet: --tasks-listen is required.
     #[command(after_help = SERVE_EXAMPLES)]
@@ -236,4 +239,50 @@ fn parse_limit(text: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+const TOOLS_CALL_EXAMPLES: &str = "\
+Examples:
+  awp-host tools call echo --input '{\"msg\":\"hello\"}'
+  awp-host tools call notes-list --input '{}' --app fixtures/tool-app --json
+  echo '{\"name\":\"Ada\"}' | awp-host tools call greet --input -
+
+Runs the tool exactly as an agent would: input checked against the tool's schema, secrets from this
+environment (auth.state.env), the driver's binary with no shell in its own process group.
+Exit codes: 0 ok, 2 usage (bad --input, unknown tool, input_invalid, invalid manifest), 3 tool unavailable
+(spawn_failed, no_driver, missing_secret), 6 the tool failed (its exit code's semantic error or
+output_parse_failed), 7 timeout or cancelled (Ctrl-C, SIGTERM, SIGHUP), 8 internal.";
+
+/// `tools` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the app's tools with the driver that runs each.
+    List {
+        /// App bundle root (the directory holding `.agentproto/`) [default: the current directory]
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        app: PathBuf,
+        /// Print one JSON object (`{"app","tools":[…],"drivers":[…]}`, or `{"error":{…}}`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool with a JSON input and print its output.
+    #[command(after_help = TOOLS_CALL_EXAMPLES)]
+    Call(ToolsCallArgs),
+}
+
+/// `tools call` arguments.
+#[derive(Debug, Args)]
+pub struct ToolsCallArgs {
+    /// Tool id (see `awp-host tools list`)
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+    /// The input: a JSON document, or `-` to read it from stdin (1 MiB max)
+    #[arg(long, value_name = "JSON|-")]
+    pub input: String,
+    /// App bundle root (the directory holding `.agentproto/`) [default: the current directory]
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub app: PathBuf,
+    /// Print one JSON object: `{"ok":true,"output":…}` or `{"ok":false,"error":{"code","message",…}}`
+    #[arg(long)]
+    pub json: bool,
 }

@@ -9,6 +9,7 @@ mod commands;
 mod exit;
 mod render;
 mod serve;
+mod tools;
 
 use std::process::ExitCode;
 

@@ -11,6 +11,7 @@
 pub mod acp_turn;
 pub mod agents;
 pub mod attachments;
+pub mod detached;
 pub mod ids;
 pub mod paths;
 pub mod store;

@@ -341,6 +341,9 @@ pub struct NewRun<'a> {
     pub prompt: &'a str,
     /// The session id the agent is resumed with, if any.
     pub resumed_session_id: Option<&'a str>,
+    /// Title of a new thread (bounded like a prompt title); `None` derives it from `prompt`. Ignored for an
+    /// existing thread.
+    pub title: Option<&'a str>,
 }
 
 /// A run in progress: holds the run's lock file until dropped or [`Store::finish_run`].
@@ -834,7 +837,7 @@ impl Store {
                 let id = guard.thread_id.clone();
                 tx.execute(
                     "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
-                    params![id.as_str(), agent, title_from_prompt(run.prompt, max_title), now],
+                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now],
                 )
                 .map_err(db("creating a thread"))?;
                 id
@@ -1289,6 +1292,7 @@ mod tests {
             model: Some("m1"),
             prompt,
             resumed_session_id: resume,
+            title: None,
         }
     }
 
