@@ -332,14 +332,16 @@ impl Agent {
             role: Role::User,
             content: stored_text,
         });
+        session.turns += 1;
         if let Err(error) = store.save(session) {
             eprintln!("awp-agent: saving the session failed: {error}");
             session.messages.pop();
+            session.turns -= 1;
             return self.fail_turn(error.code()).await;
         }
         let history = session.messages.clone();
         let session_id = session.id.clone();
-        let turn_number = history.iter().filter(|m| m.role == Role::User).count() as u64;
+        let turn_number = session.turns;
         let tools: Vec<serde_json::Value> = self
             .managed
             .iter()

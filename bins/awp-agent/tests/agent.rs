@@ -915,3 +915,69 @@ async fn insecure_control_plane_urls_are_startup_errors() {
         assert_eq!(agent.exit_code().await, Some(1));
     }
 }
+
+/// An SSE reply with `n` complete calls of the managed-task tool.
+fn tool_calls_reply(n: usize) -> Reply {
+    let calls: Vec<Value> = (0..n)
+        .map(|i| json!({"index":i,"id":format!("call_{i}"),"type":"function","function":{"name":"awp_run_managed_task","arguments":"{\"argv\":[\"true\"]}"}}))
+        .collect();
+    Reply {
+        status: 200,
+        content_type: "text/event-stream",
+        body: sse(&[
+            json!({"choices":[{"index":0,"delta":{"tool_calls":calls}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ]),
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_per_turn_are_bounded_at_the_limit_and_one_past_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut done = task_json("succeeded");
+    done["exit_code"] = json!(0);
+    let (cp, mut cp_requests) = control_plane(vec![(201, done)], None).await;
+    let (base, _requests) = provider_server(vec![
+        tool_calls_reply(4),
+        sse_reply(&["four ran"], (1, 1)),
+        tool_calls_reply(5),
+    ])
+    .await;
+    let mut env = managed_env(tmp.path(), &cp);
+    env.extend(provider_env(tmp.path(), &base).into_iter().skip(1));
+    let mut agent = Agent::spawn(&["--model", "m"], &env_refs(&env));
+    let events = agent.turn(&user_line("run four")).await;
+    let result = events.last().expect("result");
+    assert_eq!(
+        (result["subtype"].as_str(), result["result"].as_str()),
+        (Some("success"), Some("four ran"))
+    );
+    for _ in 0..4 {
+        cp_requests.recv().await.expect("a submission per call");
+    }
+    let events = agent.turn(&user_line("run five")).await;
+    let result = events.last().expect("result");
+    assert_eq!(result["result"], "managed_tool_call_limit", "{result}");
+    assert!(
+        cp_requests.try_recv().is_err(),
+        "nothing is submitted past the limit"
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_tool_call_without_managed_tasks_fails_the_turn() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (base, mut requests) = provider_server(vec![tool_calls_reply(1)]).await;
+    let env = provider_env(tmp.path(), &base);
+    let mut agent = Agent::spawn(&["--model", "m"], &env_refs(&env));
+    let events = agent.turn(&user_line("hi")).await;
+    assert_eq!(events[0]["tools"], json!([]), "chat-only");
+    assert_eq!(
+        events.last().expect("result")["result"],
+        "provider_requested_unavailable_tool"
+    );
+    let request = requests.recv().await.expect("request");
+    assert!(request.body.get("tools").is_none(), "no tools offered");
+    assert_eq!(agent.exit_code().await, Some(0));
+}

@@ -12,10 +12,12 @@ Examples:
   echo \"summarize\" | awp-host chat --attach notes.txt --jsonl
   awp-host threads list
   awp-host agents list --json
+  awp-host serve                          the local control plane for `deepchat` (see `awp-host serve --help`)
 
 Exit codes: 0 ok, 2 usage, 3 agent unavailable or thread busy, 6 turn failed, 7 cancelled or timed out,
 8 protocol violation or internal error, 130 second Ctrl-C/SIGTERM/SIGHUP (the agent was killed).
-Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter).";
+Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter),
+AWP_CONTROL_PLANE_API_KEY (serve's task API key).";
 
 /// Headless AWP host: chat with agent CLIs, persisted threads, resumable sessions.
 #[derive(Debug, Parser)]

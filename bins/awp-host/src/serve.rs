@@ -255,7 +255,7 @@ async fn approvals_console(approvals: Approvals, shutdown: CancellationToken) {
     }
 }
 
-/// Cancels `shutdown` at the first SIGINT or SIGTERM.
+/// Cancels `shutdown` at the first SIGINT, SIGTERM or SIGHUP (as `chat` treats them alike).
 fn cancel_on_signals(shutdown: CancellationToken) -> Result<(), Failure> {
     #[cfg(unix)]
     {
@@ -265,10 +265,12 @@ fn cancel_on_signals(shutdown: CancellationToken) -> Result<(), Failure> {
         };
         let mut interrupt = make(SignalKind::interrupt())?;
         let mut terminate = make(SignalKind::terminate())?;
+        let mut hangup = make(SignalKind::hangup())?;
         tokio::spawn(async move {
             tokio::select! {
                 _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
+                _ = hangup.recv() => {}
             }
             shutdown.cancel();
         });

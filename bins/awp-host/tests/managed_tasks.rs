@@ -26,13 +26,32 @@ impl Serve {
         for path in allow {
             args.extend(["--tasks-allow", path]);
         }
-        let mut child = host.spawn_with_env(&args, &[("AWP_CONTROL_PLANE_API_KEY", KEY)]);
+        // Debug logging on, so that the check for the key in serve's output covers every log line.
+        let mut child = host.spawn_with_env(
+            &args,
+            &[
+                ("AWP_CONTROL_PLANE_API_KEY", KEY),
+                ("AWP_HOST_LOG", "debug"),
+            ],
+        );
         let mut stdout = child.take_stdout().expect("stdout");
-        let line = read_until(&mut stdout, "\n").await;
+        // The local control plane's line comes first, then the task API's.
+        let mut lines = read_until(&mut stdout, "tasks api listening on http://").await;
+        while !lines
+            .split("tasks api listening on http://")
+            .nth(1)
+            .is_some_and(|rest| rest.contains('\n'))
+        {
+            lines.push_str(&read_until(&mut stdout, "\n").await);
+        }
+        let line = lines
+            .lines()
+            .find(|l| l.contains("tasks api listening"))
+            .unwrap_or_else(|| panic!("no task API line in {lines:?}"));
         let addr = line
             .trim()
             .strip_prefix("awp-host: tasks api listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
             .parse()
             .expect("socket address");
         Serve { child, addr }
@@ -42,7 +61,7 @@ impl Serve {
         format!("http://{}", self.addr)
     }
 
-    /// SIGTERM; returns the exit code.
+    /// SIGTERM; returns the exit code. Checks that the key never appeared in serve's stderr.
     async fn stop(self) -> Option<i32> {
         let plan = StopPlan::new()
             .stdin_grace(Duration::ZERO)
@@ -50,6 +69,10 @@ impl Serve {
         let outcome = tokio::time::timeout(RUN_TIMEOUT, self.child.stop(plan))
             .await
             .expect("serve stops");
+        let tail = self.child.stderr_tail();
+        tail.finished().await;
+        let stderr = tail.tail_lossy();
+        assert!(!stderr.contains(KEY), "the key leaked: {stderr}");
         outcome.status.code
     }
 
@@ -139,6 +162,10 @@ async fn chat_runs_a_managed_task_through_serve_and_its_output_reaches_the_answe
         ])
         .await;
     assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        !out.stdout.contains(KEY) && !out.stderr.contains(KEY),
+        "the key leaked: {out:?}"
+    );
     let record = out.json();
     let text = record["text"].as_str().expect("text");
     assert!(text.contains("succeeded, exit code 0"), "{text}");
@@ -274,6 +301,22 @@ async fn a_repeated_submission_of_the_same_call_does_not_run_twice() {
         }
     }
     assert_eq!(std::fs::read_to_string(&marker).expect("marker"), "ran\n");
+    // The next turn of that session asks again with the same words: a new turn, a new task.
+    let mut env = managed_env(&serve);
+    env.push((
+        "AWP_AGENT_SESSION_DIR",
+        host.path("sessions-b").display().to_string(),
+    ));
+    let text = agent_turn(&refs(&env), "replayed-session", &prompt).await;
+    assert_ne!(
+        task_id(&text),
+        task_id(first_text.as_deref().expect("first")),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("marker"),
+        "ran\nran\n"
+    );
     assert_eq!(serve.stop().await, Some(0));
 }
 
@@ -335,6 +378,16 @@ async fn a_task_running_when_serve_stops_is_lost_after_the_restart_and_never_rer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_to_start_without_a_key_off_loopback_or_twice_on_one_data_dir() {
     let host = Host::new();
+    let help = host.run(&["serve", "--help"]).await;
+    assert_eq!(help.code, 0, "{help:?}");
+    for needle in [
+        "--tasks-listen <ADDR>",
+        "--tasks-allow <PATH>",
+        "not built yet",
+        "AWP_CONTROL_PLANE_API_KEY",
+    ] {
+        assert!(help.stdout.contains(needle), "{needle}: {}", help.stdout);
+    }
     let out = host.run(&["serve", "--tasks-listen", "127.0.0.1:0"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("(tasks_api_key_missing)"), "{out:?}");

@@ -315,8 +315,13 @@ impl RunManager {
             .spawn(move || runtime.block_on(run()))
             .map_err(StartError::Runtime)?;
         drop(cancel_tx);
+        // The task either records the run (and sends its ids) or reports why it could not; it then drops the
+        // other sender, so a closed channel is only "lost" when the other has nothing either.
         tokio::select! {
-            started = recorded_rx => started.map_err(|_| StartError::TaskLost),
+            started = recorded_rx => match started {
+                Ok(started) => Ok(started),
+                Err(_) => Err(setup_rx.await.unwrap_or(StartError::TaskLost)),
+            },
             error = setup_rx => Err(error.unwrap_or(StartError::TaskLost)),
         }
     }

@@ -1601,6 +1601,35 @@ mod tests {
     }
 
     #[test]
+    fn a_schema_1_database_gains_the_tasks_table_and_keeps_its_threads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let thread = {
+            let mut store = open(tmp.path());
+            let run = store.begin_run(new_run(new_thread(), "old", None)).unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            thread
+        };
+        // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE tasks; PRAGMA user_version = 1;")
+            .unwrap();
+        drop(conn);
+        let store = open(tmp.path());
+        let version: u32 = store
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+        let tasks: i64 = store
+            .conn
+            .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tasks, 0);
+        assert_eq!(store.thread_detail(&thread).unwrap().thread.title, "old");
+    }
+
+    #[test]
     fn a_newer_schema_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         drop(open(tmp.path()));

@@ -607,5 +607,16 @@ async fn a_stalled_request_head_is_closed_by_the_header_read_timeout() {
         !String::from_utf8_lossy(&buf).contains(" 200 "),
         "{read:?} {buf:?}"
     );
+    // An idle keep-alive connection (one request answered, nothing after) is closed the same way.
+    let mut stream = TcpStream::connect(server.addr).await.expect("connect");
+    let request = Req::new(&server, "GET", "/v1/tasks/task_0000000000000000")
+        .header("Connection", "keep-alive")
+        .bytes();
+    stream.write_all(&request).await.unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, stream.read_to_end(&mut buf))
+        .await
+        .expect("the server closes the idle connection");
+    assert!(String::from_utf8_lossy(&buf).contains(" 404 "), "{read:?}");
     server.stop().await;
 }
