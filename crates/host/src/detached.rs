@@ -317,12 +317,13 @@ impl RunManager {
         drop(cancel_tx);
         // The task either records the run (and sends its ids) or reports why it could not; it then drops the
         // other sender, so a closed channel is only "lost" when the other has nothing either.
+        let mut setup_rx = setup_rx;
         tokio::select! {
             started = recorded_rx => match started {
                 Ok(started) => Ok(started),
-                Err(_) => Err(setup_rx.await.unwrap_or(StartError::TaskLost)),
+                Err(_) => Err((&mut setup_rx).await.unwrap_or(StartError::TaskLost)),
             },
-            error = setup_rx => Err(error.unwrap_or(StartError::TaskLost)),
+            error = &mut setup_rx => Err(error.unwrap_or(StartError::TaskLost)),
         }
     }
 
