@@ -150,7 +150,7 @@ async fn direct_flood(flood: usize) -> f64 {
 fn flood_agent(flood: usize) -> String {
     let script = format!(
         "i=0; while read -r line; do i=$((i+1)); yes '{NOTE}' | head -n {flood}; \
-         printf '{{\"jsonrpc\":\"2.0\",\"id\":\"agentctl-%d\",\"result\":{{}}}}\\n' \"$i\"; done"
+         printf '{{\"jsonrpc\":\"2.0\",\"id\":%d,\"result\":{{}}}}\\n' \"$i\"; done"
     );
     format!("sh -c {}", shlex::try_quote(&script).expect("quotable"))
 }

@@ -12,11 +12,6 @@ use clap::Parser;
 /// Default for [`Config::max_message_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Prefix of the JSON-RPC ids agentctl assigns to `/api/v1/acp/call` requests: `"agentctl-1"`, `"agentctl-2"`, ….
-///
-/// Ids in this space are refused on `/api/v1/acp/send`, so they can never collide with a subscriber's own ids.
-pub const CALL_ID_PREFIX: &str = "agentctl-";
-
 /// agentctl: a sidecar that runs one JSON-RPC (ACP) agent subprocess and exposes it over HTTP + WebSocket.
 ///
 /// Every option is read from its `AGENTCTL_*` environment variable; a command-line flag wins over the variable.

@@ -122,8 +122,8 @@ impl PendingCall {
         }
     }
 
-    fn wire_id(&self) -> String {
-        format!("{}{}", crate::config::CALL_ID_PREFIX, self.call)
+    fn wire_id(&self) -> u64 {
+        self.call
     }
 }
 

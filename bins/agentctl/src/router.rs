@@ -15,7 +15,6 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::config::CALL_ID_PREFIX;
 use crate::envelope::{self, Envelope, Outcome};
 
 /// JSON-RPC error code "method not found" (JSON-RPC 2.0 §5.1).
@@ -26,7 +25,16 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// The ACP method whose unanswered requests fail closed with `{"outcome":{"outcome":"cancelled"}}`.
 pub const REQUEST_PERMISSION: &str = "session/request_permission";
 
-/// Number of an `/acp/call`; its JSON-RPC id on the wire is `"agentctl-<n>"` (see [`CALL_ID_PREFIX`]).
+/// Number of an `/acp/call`; its JSON-RPC id on the wire is the JSON integer `n` (1, 2, 3, …), as Kandev's relay
+/// (the ACP Go SDK's connection) numbers its requests. The seed's example `agent.sh` splices the id into its reply
+/// unquoted, so a string id would break it.
+///
+/// Id spaces (they cannot collide):
+/// - requests agentctl writes to the agent (`/acp/call`): integers, from this counter only;
+/// - requests a subscriber writes through `/acp/send`: strings only (an integer id there is refused with
+///   [`RouterError::ReservedId`]), so the agent's responses are told apart by the id's JSON type;
+/// - requests the agent sends: the agent's own ids, in the other direction; JSON-RPC matches a response to a
+///   request of the same sender only, and agentctl routes `/acp/send` answers to them by the agent's id verbatim.
 pub type CallId = u64;
 
 /// The router's bounds. Every field has a default; see each field.
@@ -136,9 +144,9 @@ pub enum RouterError {
         /// The limit.
         limit: usize,
     },
-    /// A request sent on `/acp/send` uses an id of agentctl's own `"agentctl-…"` space.
+    /// A request sent on `/acp/send` uses an integer id: integers are agentctl's own `/acp/call` id space.
     #[error(
-        "request id {id} is reserved for agentctl's own calls (ids starting with \"agentctl-\")"
+        "request id {id} is reserved for /api/v1/acp/call (integer ids); use a string id on /api/v1/acp/send"
     )]
     ReservedId {
         /// The id, as JSON text.
@@ -303,7 +311,7 @@ impl Router {
         self.fs = FsCapability::default();
     }
 
-    /// Starts an `/acp/call`: assigns the id `"agentctl-<n>"` and queues the request line for the agent.
+    /// Starts an `/acp/call`: assigns the integer id `n` and queues the request line for the agent.
     ///
     /// `params` is forwarded verbatim (whitespace between tokens removed). An `initialize` request that advertises
     /// `clientCapabilities.fs.readTextFile`/`writeTextFile` turns on local `fs/*` serving.
@@ -326,7 +334,7 @@ impl Router {
         self.next_call += 1;
         self.calls.insert(call, ());
         self.observe_client_request(method, params);
-        let id = format!("\"{CALL_ID_PREFIX}{call}\"");
+        let id = call.to_string();
         let line = envelope::request_line(Some(&id), method, params);
         self.actions
             .push_back(Action::WriteToAgent(Bytes::from(line)));
@@ -368,7 +376,7 @@ impl Router {
                     });
                 }
                 check_method_and_params(&method, params)?;
-                if call_number(id.get()).is_some() || is_reserved_id(id.get()) {
+                if is_reserved_id(id.get()) {
                     return Err(RouterError::ReservedId {
                         id: id.get().to_owned(),
                     });
@@ -617,7 +625,6 @@ impl Router {
     }
 }
 
-/// The call number of an id in agentctl's space (`"agentctl-<n>"`), if it is one.
 /// A client request's method is not empty and its params, when present, are an object or an array
 /// (JSON-RPC 2.0 §4.2: "params … MUST be a Structured value").
 fn check_method_and_params(method: &str, params: Option<&RawValue>) -> Result<(), RouterError> {
@@ -646,14 +653,20 @@ fn is_integer_or_string(id: &str) -> bool {
     }
 }
 
+/// The call number of an id in agentctl's space (a JSON integer that fits a [`CallId`]), if it is one.
 fn call_number(id: &str) -> Option<CallId> {
-    let text: String = serde_json::from_str(id).ok()?;
-    text.strip_prefix(CALL_ID_PREFIX)?.parse().ok()
+    let id = id.trim();
+    if !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok()
 }
 
-/// Whether an id is a string in agentctl's space, whatever follows the prefix.
+/// Whether an id is a JSON integer (any sign or size): agentctl's `/acp/call` space, not for subscribers.
 fn is_reserved_id(id: &str) -> bool {
-    serde_json::from_str::<String>(id).is_ok_and(|text| text.starts_with(CALL_ID_PREFIX))
+    let id = id.trim();
+    let digits = id.strip_prefix('-').unwrap_or(id);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A canonical text for an id, so that `"a"` and `"\u0061"` (or `1` with different spacing) match.
@@ -808,11 +821,10 @@ mod tests {
         check(
             actions,
             &[
-                r#"write {"jsonrpc":"2.0","id":"agentctl-1","method":"initialize","params":{"protocolVersion":1}}"#,
+                r#"write {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
             ],
         );
-        let response =
-            r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{"protocolVersion":1, "n":1.50}}"#;
+        let response = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1, "n":1.50}}"#;
         check(
             h.agent(response, 0),
             &[
@@ -822,8 +834,7 @@ mod tests {
         );
         assert_eq!(h.router.pending_calls(), 0);
         let (call, _) = h.call("session/new", None).unwrap();
-        let error =
-            r#"{"jsonrpc":"2.0","id":"agentctl-2","error":{"code":-32602,"message":"bad"}}"#;
+        let error = r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad"}}"#;
         check(
             h.agent(error, 0),
             &[
@@ -838,19 +849,14 @@ mod tests {
         let mut h = Harness::new(RouterLimits::default(), false);
         let (call, _) = h.call("session/prompt", Some("{}")).unwrap();
         assert!(h.router.abandon_call(call));
+        check(h.agent(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 0), &[]);
+        check(h.agent(r#"{"jsonrpc":"2.0","id":99,"result":{}}"#, 0), &[]);
+        check(h.agent(r#"{"jsonrpc":"2.0","id":-3,"result":{}}"#, 0), &[]);
+        assert_eq!(h.router.stats().late_responses, 3);
+        // Responses to a subscriber's own (string-id) requests are relayed.
         check(
-            h.agent(r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{}}"#, 0),
-            &[],
-        );
-        check(
-            h.agent(r#"{"jsonrpc":"2.0","id":"agentctl-99x","result":{}}"#, 0),
-            &[],
-        );
-        assert_eq!(h.router.stats().late_responses, 2);
-        // Responses to a subscriber's own requests are relayed.
-        check(
-            h.agent(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#, 0),
-            &[r#"broadcast {"jsonrpc":"2.0","id":5,"result":{}}"#],
+            h.agent(r#"{"jsonrpc":"2.0","id":"5","result":{}}"#, 0),
+            &[r#"broadcast {"jsonrpc":"2.0","id":"5","result":{}}"#],
         );
     }
 
@@ -869,7 +875,7 @@ mod tests {
         assert_eq!(err, RouterError::TooManyPendingCalls { limit: 2 });
         assert_eq!(err.code(), "too_many_pending_calls");
         check(h.actions(), &[]);
-        h.agent(r#"{"id":"agentctl-1","result":null}"#, 0);
+        h.agent(r#"{"id":1,"result":null}"#, 0);
         h.call("c", None).unwrap();
     }
 
@@ -1066,8 +1072,12 @@ mod tests {
             &[r#"write {"jsonrpc":"2.0","id":"mine-1","method":"session/list"}"#],
         );
         for (body, code) in [
-            (r#"{"id":"agentctl-3","method":"x"}"#, "reserved_id"),
-            (r#"{"id":"agentctl-anything","method":"x"}"#, "reserved_id"),
+            (r#"{"id":3,"method":"x"}"#, "reserved_id"),
+            (r#"{"id":-1,"method":"x"}"#, "reserved_id"),
+            (
+                r#"{"id":123456789012345678901234567890,"method":"x"}"#,
+                "reserved_id",
+            ),
             (r#"{"id":9,"result":{}}"#, "no_pending_request"),
             (
                 r#"{"id":9,"error":{"message":"no code"}}"#,
@@ -1116,9 +1126,11 @@ mod tests {
         }
         assert_eq!(h.call("", None).unwrap_err().code(), "empty_method");
         check(h.actions(), &[]);
-        check(
-            h.send(r#"{"id":-7,"method":"x","params":[]}"#).unwrap(),
-            &[r#"write {"jsonrpc":"2.0","id":-7,"method":"x","params":[]}"#],
+        assert_eq!(
+            h.send(r#"{"id":-7,"method":"x","params":[]}"#)
+                .unwrap_err()
+                .code(),
+            "reserved_id"
         );
         check(
             h.send(r#"{"id":"s","method":"x","params":{}}"#).unwrap(),

@@ -87,11 +87,8 @@ async fn health_is_ok_and_errors_use_the_json_shape() {
         "validation_error",
     );
     check_error(
-        ctl.post(
-            "/api/v1/acp/send",
-            &json!({"id": "agentctl-1", "method": "x"}),
-        )
-        .await,
+        ctl.post("/api/v1/acp/send", &json!({"id": 1, "method": "x"}))
+            .await,
         400,
         "validation_error",
     );
@@ -157,7 +154,7 @@ async fn the_token_guards_every_route_but_health() {
     ctl.call_ok("initialize", json!({"protocolVersion": 1}))
         .await;
     let frame = next_json(&mut ws).await;
-    assert_eq!(frame["id"], "agentctl-1");
+    assert_eq!(frame["id"], 1);
 }
 
 #[tokio::test]
@@ -174,7 +171,7 @@ async fn calls_round_trip_and_the_stream_relays_every_agent_message_verbatim() {
     let frame = next_json(&mut ws).await;
     assert_eq!(
         (frame["id"].clone(), frame["result"].clone()),
-        (json!("agentctl-1"), init)
+        (json!(1), init)
     );
     let session = ctl
         .call_ok(
@@ -195,7 +192,7 @@ async fn calls_round_trip_and_the_stream_relays_every_agent_message_verbatim() {
     assert_eq!(update["params"]["sessionId"], session);
     let response = next_json(&mut ws).await;
     assert_eq!(
-        response["id"], "agentctl-3",
+        response["id"], 3,
         "the prompt response follows its update, in order"
     );
     // Agent errors come back as `{"error":…}` with status 200, exactly as sent.
@@ -376,7 +373,7 @@ async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
                       "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait for cancel"}]}});
     let (status, error) = ctl.post("/api/v1/acp/call", &body).await;
     check_error((status, error.clone()), 504, "timeout");
-    assert_eq!(error["details"]["id"], "agentctl-3");
+    assert_eq!(error["details"]["id"], 3);
     assert_eq!(ctl.status().await["pending_calls"], 0);
     ctl.post(
         "/api/v1/acp/send",
@@ -395,7 +392,7 @@ async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
     )
     .await;
     let next = next_json(&mut ws).await;
-    assert_eq!(next["id"], "agentctl-4", "{next}");
+    assert_eq!(next["id"], 4, "{next}");
 }
 
 #[tokio::test]
@@ -622,10 +619,7 @@ async fn non_json_stdout_goes_to_the_output_buffer_not_the_stream() {
     ctl.call_ok("initialize", json!({"protocolVersion": 1}))
         .await;
     let first = next_json(&mut ws).await;
-    assert_eq!(
-        first["id"], "agentctl-1",
-        "the banner is not relayed: {first}"
-    );
+    assert_eq!(first["id"], 1, "the banner is not relayed: {first}");
     let (status, output) = ctl.get("/api/v1/output").await;
     assert_eq!(status, 200);
     let lines = output["lines"].as_array().unwrap();
@@ -727,7 +721,7 @@ fn flood_agent(count: u32) -> String {
     let pad = "x".repeat(1000);
     let note =
         format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"pad":"{pad}"}}}}"#);
-    let answer = r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{"flooded":true}}"#;
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"flooded":true}}"#;
     let script =
         format!("read -r line; yes '{note}' | head -n {count}; echo '{answer}'; cat >/dev/null");
     format!(
@@ -1084,4 +1078,93 @@ async fn an_oversized_content_length_gets_413_without_waiting_for_the_body() {
     // Exactly at the limit the header passes and the body is read (here: 1000 bytes of malformed JSON).
     let (status, body) = ctl.post_raw("/api/v1/acp/send", "x".repeat(1000)).await;
     check_error((status, body), 400, "bad_request");
+}
+
+/// `fixtures/kandev/agent.sh`, the seed's example agent (see the README beside it).
+fn seed_example_agent() -> String {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kandev/agent.sh");
+    let path = path
+        .canonicalize()
+        .expect("fixtures/kandev/agent.sh exists");
+    format!("{} --acp", support::quote(&path))
+}
+
+#[tokio::test]
+async fn the_seed_example_agent_works_unmodified() {
+    let ctl = Agentctl::start(Options::agent(seed_example_agent())).await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    // The seed's documented calls ("Testing Your Agent"), through /acp/call.
+    let init = ctl
+        .call_ok("initialize", json!({"protocolVersion": "1.0"}))
+        .await;
+    assert_eq!(init["protocolVersion"], "1.0", "{init}");
+    assert_eq!(init["serverInfo"]["name"], "your-agent", "{init}");
+    let frame = next_json(&mut ws).await;
+    assert_eq!(
+        frame["id"],
+        json!(1),
+        "call ids are JSON integers from 1: {frame}"
+    );
+    let session = ctl.call_ok("session/new", json!({})).await;
+    let session = session["sessionId"].as_str().expect("sessionId").to_owned();
+    assert_eq!(session.len(), 36, "a uuid from uuidgen: {session}");
+    assert_eq!(next_json(&mut ws).await["id"], json!(2));
+    let accepted = ctl
+        .call_ok("session/prompt", json!({"message": "test"}))
+        .await;
+    assert_eq!(accepted, json!({"accepted": true}));
+    assert_eq!(next_json(&mut ws).await["id"], json!(3));
+    let progress = next_json(&mut ws).await;
+    assert_eq!(
+        progress["params"],
+        json!({"type": "content", "data": {"text": "Processing: test"}})
+    );
+    let complete = next_json(&mut ws).await;
+    assert_eq!(
+        complete["params"],
+        json!({"type": "complete", "data": {"sessionId": session, "success": true}})
+    );
+    // session/cancel makes it exit 0.
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"method": "session/cancel", "params": {}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let status = ctl
+        .wait_status("the agent exited", |s| s["agent_status"] == "exited")
+        .await;
+    assert_eq!(status["exit_code"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn integer_request_ids_on_send_are_refused_string_ids_pass() {
+    let ctl = Agentctl::acp("echo").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    for id in [json!(1), json!(-7), json!(0)] {
+        let got = ctl
+            .post(
+                "/api/v1/acp/send",
+                &json!({"id": id, "method": "initialize", "params": {}}),
+            )
+            .await;
+        check_error(got, 400, "validation_error");
+    }
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"id": "1", "method": "initialize", "params": {"protocolVersion": 1}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let response = next_json(&mut ws).await;
+    assert_eq!(response["id"], json!("1"), "{response}");
+    // agentctl's own call 1 does not collide with the subscriber's "1".
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    assert_eq!(next_json(&mut ws).await["id"], json!(1));
 }
