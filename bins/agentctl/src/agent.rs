@@ -37,6 +37,15 @@ pub enum AgentStatus {
     Error,
 }
 
+/// The agent's environment (`AGENTCTL_AGENT_ENV_MODE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEnv {
+    /// agentctl's whole environment, read at each start, minus every `AGENTCTL_*` variable.
+    Inherit,
+    /// `agentwire-process`'s OS allowlist plus these names (never `AGENTCTL_*` ones).
+    Allowlist(Vec<String>),
+}
+
 /// What the supervisor needs from the configuration.
 #[derive(Clone, Debug)]
 pub struct AgentSettings {
@@ -44,8 +53,8 @@ pub struct AgentSettings {
     pub argv: Vec<String>,
     /// Its working directory.
     pub workdir: PathBuf,
-    /// Extra environment variable names copied from agentctl's environment.
-    pub env_names: Vec<String>,
+    /// How the agent's environment is built.
+    pub env: AgentEnv,
     /// Largest stdout line (JSON-RPC message) in bytes.
     pub max_message_bytes: usize,
     /// Longest output-buffer line in bytes.
@@ -197,13 +206,18 @@ impl Supervisor {
         command
             .args(args)
             .current_dir(&settings.workdir)
-            .inherit_os_env()
-            .inherit_env(&settings.env_names)
             .stdout_jsonl(agentwire_jsonl::Limits {
                 max_line_bytes: settings.max_message_bytes,
                 max_preview_bytes: settings.max_output_line_bytes,
             })
             .config(config);
+        match &settings.env {
+            // An explicit full environment: `Command` starts empty and takes every entry given.
+            AgentEnv::Inherit => command.envs(
+                std::env::vars_os().filter(|(name, _)| !crate::config::is_agentctl_variable(name)),
+            ),
+            AgentEnv::Allowlist(names) => command.inherit_os_env().inherit_env(names),
+        };
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return Err(self.spawn_failed(error.to_string(), error.code())),

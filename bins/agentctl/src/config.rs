@@ -124,8 +124,15 @@ pub struct Config {
     #[arg(long, env = "AGENTCTL_TERM_GRACE_MS", default_value_t = 3_000)]
     pub term_grace_ms: u64,
 
-    /// Comma-separated names of extra environment variables copied from agentctl's environment to the agent
-    /// (API keys, …). The agent otherwise gets only PATH HOME USER LOGNAME SHELL LANG TERM TMPDIR TZ LC_*.
+    /// The agent's environment. `inherit`: agentctl's whole environment minus every AGENTCTL_* variable (as
+    /// Kandev's sidecar does: the container's environment is the agent's). `allowlist` (strict, opt-in): only PATH
+    /// HOME USER LOGNAME SHELL LANG TERM TMPDIR TZ LC_* plus the names in AGENTCTL_AGENT_ENV. AGENTCTL_TOKEN and
+    /// every other AGENTCTL_* variable are never passed in either mode.
+    #[arg(long, env = "AGENTCTL_AGENT_ENV_MODE", value_enum, default_value_t = AgentEnvMode::Inherit)]
+    pub agent_env_mode: AgentEnvMode,
+
+    /// With AGENTCTL_AGENT_ENV_MODE=allowlist: comma-separated names of extra environment variables copied from
+    /// agentctl's environment to the agent (API keys, …); AGENTCTL_* names are ignored. Unused in inherit mode.
     #[arg(
         long,
         env = "AGENTCTL_AGENT_ENV",
@@ -133,6 +140,20 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub agent_env: Vec<String>,
+}
+
+/// How the agent's environment is built ([`Config::agent_env_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentEnvMode {
+    /// agentctl's whole environment minus every `AGENTCTL_*` variable (the default; Kandev's sidecar does this).
+    Inherit,
+    /// The OS allowlist of `agentwire-process` plus the names in `AGENTCTL_AGENT_ENV` (strict; explicit opt-in).
+    Allowlist,
+}
+
+/// Whether `name` is one of agentctl's own variables (`AGENTCTL_*`), never passed to the agent.
+pub fn is_agentctl_variable(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"AGENTCTL_")
 }
 
 impl Config {
@@ -192,13 +213,13 @@ impl Config {
         split_command_line(&self.agent_command)
     }
 
-    /// The names of the extra variables passed to the agent ([`Config::agent_env`] without blanks and without
-    /// `AGENTCTL_TOKEN`).
+    /// The names of the extra variables passed to the agent in allowlist mode ([`Config::agent_env`] without
+    /// blanks and without any `AGENTCTL_*` name).
     pub fn agent_env_names(&self) -> Vec<String> {
         self.agent_env
             .iter()
             .map(|name| name.trim().to_owned())
-            .filter(|name| !name.is_empty() && name != "AGENTCTL_TOKEN")
+            .filter(|name| !name.is_empty() && !is_agentctl_variable(name.as_ref()))
             .collect()
     }
 }
@@ -342,9 +363,12 @@ mod tests {
 
     #[test]
     fn agent_env_never_carries_the_token() {
-        let config =
-            Config::try_parse_from(["agentctl", "--agent-env", "API_KEY, ,AGENTCTL_TOKEN,OTHER"])
-                .unwrap();
+        let config = Config::try_parse_from([
+            "agentctl",
+            "--agent-env",
+            "API_KEY, ,AGENTCTL_TOKEN,OTHER,AGENTCTL_PORT",
+        ])
+        .unwrap();
         assert_eq!(
             config.agent_env_names(),
             vec!["API_KEY".to_owned(), "OTHER".to_owned()]

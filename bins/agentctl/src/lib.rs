@@ -101,7 +101,12 @@ impl App {
             agent::AgentSettings {
                 argv: argv.clone(),
                 workdir: workdir.clone(),
-                env_names: config.agent_env_names(),
+                env: match config.agent_env_mode {
+                    config::AgentEnvMode::Inherit => agent::AgentEnv::Inherit,
+                    config::AgentEnvMode::Allowlist => {
+                        agent::AgentEnv::Allowlist(config.agent_env_names())
+                    }
+                },
                 max_message_bytes: config.max_message_bytes,
                 max_output_line_bytes: config.max_output_line_bytes,
                 stop_grace: Duration::from_millis(config.stop_grace_ms),

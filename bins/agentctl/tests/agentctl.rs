@@ -860,8 +860,13 @@ async fn help_lists_every_variable() {
         "AGENTCTL_AUTO_APPROVE_PERMISSIONS",
         "AGENTCTL_REQUEST_TIMEOUT_MS",
         "AGENTCTL_MAX_MESSAGE_BYTES",
+        "AGENTCTL_AGENT_ENV_MODE",
+        "AGENTCTL_AGENT_ENV",
     ] {
         assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
+    }
+    for phrase in ["minus every AGENTCTL_*", "allowlist"] {
+        assert!(text.contains(phrase), "--help lacks {phrase:?}:\n{text}");
     }
 }
 
@@ -1167,4 +1172,58 @@ async fn integer_request_ids_on_send_are_refused_string_ids_pass() {
     ctl.call_ok("initialize", json!({"protocolVersion": 1}))
         .await;
     assert_eq!(next_json(&mut ws).await["id"], json!(1));
+}
+
+/// An agent that answers its first request (id 1) with its environment as `{"env":{NAME:VALUE,…}}`.
+fn env_dump_agent() -> String {
+    let script = r#"read -r line; env -0 | jq -R -s -c '{jsonrpc:"2.0",id:1,result:{env:([split("\u0000")[]|select(length>0)|capture("^(?<k>[^=]*)=(?<v>.*)$";"s")|{(.k):.v}]|add)}}'; cat >/dev/null"#;
+    format!("sh -c {}", shlex::try_quote(script).expect("quotable"))
+}
+
+async fn agent_env(options: Options) -> serde_json::Map<String, Value> {
+    let ctl = Agentctl::start(
+        options
+            .env("ANTHROPIC_API_KEY", "sk-from-the-container")
+            .env("AGENTCTL_SOMETHING_ELSE", "agentctl's own")
+            .token("secret-token"),
+    )
+    .await;
+    ctl.start_agent().await;
+    let result = ctl.call_ok("env", json!({})).await;
+    result["env"].as_object().expect("env object").clone()
+}
+
+#[tokio::test]
+async fn the_agent_inherits_the_whole_environment_minus_agentctl_variables() {
+    let env = agent_env(Options::agent(env_dump_agent())).await;
+    assert_eq!(env["ANTHROPIC_API_KEY"], "sk-from-the-container", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("AGENTCTL_")).collect();
+    assert!(
+        leaked.is_empty(),
+        "AGENTCTL_* passed to the agent: {leaked:?}"
+    );
+    assert!(
+        !env.values().any(|v| v == "secret-token"),
+        "the token reached the agent"
+    );
+}
+
+#[tokio::test]
+async fn the_strict_allowlist_mode_passes_only_the_os_allowlist_and_named_variables() {
+    let env = agent_env(
+        Options::agent(env_dump_agent())
+            .env("AGENTCTL_AGENT_ENV_MODE", "allowlist")
+            .env("AGENTCTL_AGENT_ENV", "EXTRA_NAMED,AGENTCTL_TOKEN")
+            .env("EXTRA_NAMED", "named"),
+    )
+    .await;
+    assert_eq!(env["EXTRA_NAMED"], "named", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    assert!(!env.contains_key("ANTHROPIC_API_KEY"), "{env:?}");
+    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("AGENTCTL_")).collect();
+    assert!(
+        leaked.is_empty(),
+        "AGENTCTL_* passed to the agent: {leaked:?}"
+    );
 }
