@@ -19,6 +19,11 @@ use crate::relay::{Relay, RelayStats};
 /// are reported as lost in the output, never silently.
 pub const STDERR_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// When the agent's stdout ends while it still runs, how long agentctl waits for its exit before failing pending
+/// calls as `stdout_closed` (an agent that exits closes stdout a moment before its exit is seen; this lets the
+/// error name the exit instead). Pending calls fail within this bound either way.
+pub const STDOUT_CLOSED_EXIT_GRACE: Duration = Duration::from_millis(500);
+
 /// The agent's lifecycle state, as in `/api/v1/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -242,7 +247,7 @@ impl Supervisor {
         tracing::info!(pid = ?handle.id(), program = %program, "agent started");
         let supervisor = self.clone();
         tokio::spawn(async move {
-            let reader = tokio::spawn(read_stdout(
+            let mut reader = tokio::spawn(read_stdout(
                 stdout,
                 supervisor.relay.clone(),
                 supervisor.output.clone(),
@@ -252,9 +257,28 @@ impl Supervisor {
                 supervisor.output.clone(),
                 supervisor.settings.max_output_line_bytes,
             ));
-            let status = child.wait().await;
+            let mut reader_done = false;
+            let status = tokio::select! {
+                status = child.wait() => status,
+                joined = &mut reader => {
+                    reader_done = true;
+                    if let Err(error) = joined {
+                        tracing::warn!(%error, "stdout reader task failed");
+                    }
+                    // Stdout ended first. An exiting agent's exit follows at once: wait a moment so the error names
+                    // the exit; otherwise the agent lives on without a stdout and can never answer.
+                    match tokio::time::timeout(STDOUT_CLOSED_EXIT_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            tracing::warn!("the agent closed its stdout but still runs: failing pending calls");
+                            supervisor.relay.agent_stdout_closed();
+                            child.wait().await
+                        }
+                    }
+                }
+            };
             // Let output already in flight land before pending calls fail (bounded by the drain window).
-            if let Err(error) = reader.await {
+            if !reader_done && let Err(error) = reader.await {
                 tracing::warn!(%error, "stdout reader task failed");
             }
             if let Err(error) = stderr.await {

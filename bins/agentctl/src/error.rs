@@ -1,7 +1,8 @@
 //! The HTTP error shape: `{"error":"conflict","message":"agent is already running","details":{…},"http_status":409}`.
 //!
 //! Source: `protocols/agentctl.md` ("HTTP API"). Codes beyond the note's list: `method_not_allowed` 405,
-//! `payload_too_large` 413, `agent_exited` 502 (the agent exited while a call was pending), `unavailable` 503
+//! `payload_too_large` 413, `agent_exited` 502 (the agent exited while a call was pending),
+//! `agent_unreachable` 502 (it closed its stdout, or its stdin cannot be written), `unavailable` 503
 //! (a limit was reached).
 
 use axum::Json;
@@ -31,6 +32,9 @@ pub enum ErrorKind {
     InternalError,
     /// 502: the agent exited while the call was pending.
     AgentExited,
+    /// 502: the agent still runs but can no longer answer: it closed its stdout, or its stdin cannot be written
+    /// (`details.reason`: `stdout_closed` or `stdin_closed`).
+    AgentUnreachable,
     /// 503: a limit was reached (pending calls, subscribers, the agent not reading its stdin).
     Unavailable,
     /// 504: the agent did not answer in time.
@@ -50,6 +54,7 @@ impl ErrorKind {
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::InternalError => "internal_error",
             ErrorKind::AgentExited => "agent_exited",
+            ErrorKind::AgentUnreachable => "agent_unreachable",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Timeout => "timeout",
         }
@@ -65,7 +70,7 @@ impl ErrorKind {
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::AgentExited => StatusCode::BAD_GATEWAY,
+            ErrorKind::AgentExited | ErrorKind::AgentUnreachable => StatusCode::BAD_GATEWAY,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -146,6 +151,7 @@ mod tests {
             (ErrorKind::PayloadTooLarge, "payload_too_large", 413),
             (ErrorKind::InternalError, "internal_error", 500),
             (ErrorKind::AgentExited, "agent_exited", 502),
+            (ErrorKind::AgentUnreachable, "agent_unreachable", 502),
             (ErrorKind::Unavailable, "unavailable", 503),
             (ErrorKind::Timeout, "timeout", 504),
         ] {

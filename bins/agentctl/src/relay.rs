@@ -22,6 +22,7 @@ use crate::fs::FsService;
 use crate::hub::{Hub, HubLimits, SubscriberRx};
 use crate::router::{
     Action, CallId, CallReply, FsRequest, Router, RouterError, RouterLimits, RouterStats,
+    Unreachable,
 };
 
 /// Counters and gauges for `/api/v1/status`.
@@ -37,23 +38,27 @@ pub struct RelayStats {
     pub dropped_subscribers: u64,
     /// Bytes queued for the agent's stdin.
     pub stdin_queued_bytes: usize,
+    /// Why the current (or last) agent run can no longer answer calls: `null` while it can, else `exited`,
+    /// `stdout_closed` (it closed its stdout but still runs) or `stdin_closed` (a write to its stdin failed).
+    pub unreachable: Option<Unreachable>,
     /// The router's counters.
     #[serde(flatten)]
     pub router: RouterStats,
 }
 
-/// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent).
+/// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent). Each line
+/// may belong to an `/acp/call`, which fails at once when its line cannot be written.
 #[derive(Clone, Debug)]
 struct Writer {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<(Bytes, Option<CallId>)>,
     queued: Arc<AtomicUsize>,
 }
 
 impl Writer {
-    fn push(&self, line: Bytes) {
+    fn push(&self, line: Bytes, call: Option<CallId>) {
         let len = line.len();
         self.queued.fetch_add(len, Ordering::Relaxed);
-        if self.tx.send(line).is_err() {
+        if self.tx.send((line, call)).is_err() {
             self.queued.fetch_sub(len, Ordering::Relaxed);
             tracing::debug!("dropping a line for the agent: its stdin writer has ended");
         }
@@ -70,6 +75,7 @@ struct State {
     waiters: HashMap<CallId, oneshot::Sender<CallReply>>,
     hub: Hub,
     writer: Option<Writer>,
+    unreachable: Option<Unreachable>,
 }
 
 /// The relay between one agent's stdio and many HTTP/WebSocket clients.
@@ -105,25 +111,23 @@ impl PendingCall {
         };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(CallReply::Response(body))) => Ok(body),
-            Ok(Ok(CallReply::AgentExited) | Err(_)) => Err(ApiError::new(
-                ErrorKind::AgentExited,
-                "the agent exited before answering",
-            )
-            .with_details(serde_json::json!({"method": self.method, "id": self.wire_id()}))),
+            Ok(Ok(CallReply::Unreachable(why))) => Err(unreachable_error(why)
+                .with_details(
+                    serde_json::json!({"method": self.method, "id": self.call, "reason": why}),
+                )),
+            Ok(Err(_)) => Err(unreachable_error(Unreachable::Exited).with_details(
+                serde_json::json!({"method": self.method, "id": self.call, "reason": Unreachable::Exited}),
+            )),
             Err(_) => Err(
                 ApiError::new(ErrorKind::Timeout, "the agent did not answer in time").with_details(
                     serde_json::json!({
                         "method": self.method,
-                        "id": self.wire_id(),
+                        "id": self.call,
                         "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     }),
                 ),
             ),
         }
-    }
-
-    fn wire_id(&self) -> u64 {
-        self.call
     }
 }
 
@@ -150,6 +154,7 @@ impl Relay {
                 waiters: HashMap::new(),
                 hub: Hub::new(hub),
                 writer: None,
+                unreachable: None,
             }),
             timer: Notify::new(),
             fs,
@@ -185,23 +190,56 @@ impl Relay {
 
     /// A new agent run: its stdin gets a writer task; the router forgets the previous run.
     pub fn agent_started(self: &Arc<Self>, stdin: agentwire_process::Stdin) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<CallId>)>();
         let queued = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
             tx,
             queued: queued.clone(),
         };
+        let relay = Arc::downgrade(self);
         tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
+            while let Some((line, call)) = rx.recv().await {
                 queued.fetch_sub(line.len(), Ordering::Relaxed);
                 if let Err(error) = stdin.write_line(&line).await {
                     tracing::warn!(code = error.code(), %error, "writing to the agent's stdin failed");
+                    if let Some(relay) = relay.upgrade() {
+                        relay.stdin_failed(call);
+                    }
                 }
             }
         });
         let mut state = self.lock();
         state.router.agent_started();
         state.writer = Some(writer);
+        state.unreachable = None;
+    }
+
+    /// A write to the agent's stdin failed (after any error its stdin is closed): the call whose request it was
+    /// fails at once, and later calls and sends get 502 until the next start.
+    fn stdin_failed(self: &Arc<Self>, call: Option<CallId>) {
+        let mut state = self.lock();
+        if state.writer.is_none() {
+            // Stopping or exited: the exit fails what is left.
+            if let Some(call) = call {
+                state.router.fail_call(call, Unreachable::StdinClosed);
+                self.execute(&mut state);
+            }
+            return;
+        }
+        state.unreachable.get_or_insert(Unreachable::StdinClosed);
+        if let Some(call) = call {
+            state.router.fail_call(call, Unreachable::StdinClosed);
+        }
+        self.execute(&mut state);
+    }
+
+    /// The agent closed its stdout but still runs: no answer can arrive, so every pending call fails at once
+    /// (502, `stdout_closed`) and later calls get 502 until the next start.
+    pub fn agent_stdout_closed(self: &Arc<Self>) {
+        let mut state = self.lock();
+        state.unreachable.get_or_insert(Unreachable::StdoutClosed);
+        state.router.fail_calls(Unreachable::StdoutClosed);
+        self.execute(&mut state);
     }
 
     /// The agent is being stopped: new calls and sends get 409; queued lines still go out.
@@ -214,6 +252,7 @@ impl Relay {
     pub fn agent_exited(self: &Arc<Self>, final_frame: &str) {
         let mut state = self.lock();
         state.writer = None;
+        state.unreachable = Some(Unreachable::Exited);
         state.router.agent_exited();
         self.execute(&mut state);
         state.hub.broadcast(&Utf8Bytes::from(final_frame));
@@ -245,7 +284,7 @@ impl Relay {
         params: Option<&RawValue>,
     ) -> Result<PendingCall, ApiError> {
         let mut state = self.lock();
-        self.check_writable(&state)?;
+        self.check_writable(&state, true)?;
         let call = state
             .router
             .begin_call(method, params)
@@ -274,7 +313,7 @@ impl Relay {
             ));
         }
         let mut state = self.lock();
-        self.check_writable(&state)?;
+        self.check_writable(&state, false)?;
         state
             .router
             .handle_client_message(body)
@@ -325,14 +364,24 @@ impl Relay {
             subscribers: state.hub.len(),
             dropped_subscribers: state.hub.dropped_slow(),
             stdin_queued_bytes: state.writer.as_ref().map_or(0, Writer::queued),
+            unreachable: state.unreachable,
             router: state.router.stats(),
         }
     }
 
-    fn check_writable(&self, state: &State) -> Result<(), ApiError> {
+    fn check_writable(&self, state: &State, call: bool) -> Result<(), ApiError> {
         let Some(writer) = &state.writer else {
             return Err(ApiError::new(ErrorKind::Conflict, "agent is not running"));
         };
+        match state.unreachable {
+            Some(why @ Unreachable::StdinClosed) => {
+                return Err(unreachable_error(why).with_details(serde_json::json!({"reason": why})));
+            }
+            Some(why @ Unreachable::StdoutClosed) if call => {
+                return Err(unreachable_error(why).with_details(serde_json::json!({"reason": why})));
+            }
+            _ => {}
+        }
         let queued = writer.queued();
         if queued >= self.max_stdin_queue_bytes {
             return Err(ApiError::new(
@@ -373,8 +422,12 @@ impl Relay {
                     }
                 }
                 Action::WriteToAgent(line) => match &state.writer {
-                    Some(writer) => writer.push(line),
+                    Some(writer) => writer.push(line, None),
                     None => tracing::debug!("agent not running: dropping a line for it"),
+                },
+                Action::WriteCall { call, line } => match &state.writer {
+                    Some(writer) => writer.push(line, Some(call)),
+                    None => tracing::debug!("agent not running: dropping a call for it"),
                 },
                 Action::ServeFs(request) => match &state.writer {
                     Some(writer) => self.serve_fs(request, writer.clone()),
@@ -406,8 +459,25 @@ impl Relay {
                     None,
                 ),
             };
-            writer.push(Bytes::from(line));
+            writer.push(Bytes::from(line), None);
         });
+    }
+}
+
+/// The 502 for a call the agent can no longer answer.
+fn unreachable_error(why: Unreachable) -> ApiError {
+    match why {
+        Unreachable::Exited => {
+            ApiError::new(ErrorKind::AgentExited, "the agent exited before answering")
+        }
+        Unreachable::StdoutClosed => ApiError::new(
+            ErrorKind::AgentUnreachable,
+            "the agent closed its stdout: it can no longer answer",
+        ),
+        Unreachable::StdinClosed => ApiError::new(
+            ErrorKind::AgentUnreachable,
+            "the agent's stdin is closed: the request could not be written",
+        ),
     }
 }
 

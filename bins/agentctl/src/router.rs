@@ -76,6 +76,14 @@ pub enum Action {
     },
     /// Write this JSON-RPC message (one line, no newline) to the agent's stdin.
     WriteToAgent(Bytes),
+    /// Write the request of `/acp/call` number `call` to the agent's stdin; when the write fails, the call can never
+    /// be answered: fail it with [`Router::fail_call`] and [`Unreachable::StdinClosed`].
+    WriteCall {
+        /// The call.
+        call: CallId,
+        /// The request line (no newline).
+        line: Bytes,
+    },
     /// Serve this `fs/*` request inside the workdir and answer it (`fs.rs`).
     ServeFs(FsRequest),
 }
@@ -85,8 +93,33 @@ pub enum Action {
 pub enum CallReply {
     /// The agent answered: the HTTP body `{"result":…}` or `{"error":{…}}` with the agent's member verbatim.
     Response(Bytes),
-    /// The agent exited first (HTTP 502).
-    AgentExited,
+    /// The agent can no longer answer (HTTP 502): it exited, or closed the pipe the request or its answer needs.
+    Unreachable(Unreachable),
+}
+
+/// Why the agent can no longer answer a call; reported in `/api/v1/status` as `unreachable` and in a 502's
+/// `details.reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unreachable {
+    /// The agent process exited.
+    Exited,
+    /// The agent closed its stdout (or a grandchild holding it let go) while it still runs: no answer can arrive.
+    StdoutClosed,
+    /// Writing to the agent's stdin failed (it closed stdin or stopped reading for good): the request never
+    /// arrived.
+    StdinClosed,
+}
+
+impl Unreachable {
+    /// Stable snake_case code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unreachable::Exited => "exited",
+            Unreachable::StdoutClosed => "stdout_closed",
+            Unreachable::StdinClosed => "stdin_closed",
+        }
+    }
 }
 
 /// An `fs/*` request agentctl serves itself.
@@ -296,19 +329,38 @@ impl Router {
         self.agent_requests.clear();
     }
 
-    /// The agent exited: every pending call completes with [`CallReply::AgentExited`]; pending agent requests are
-    /// forgotten (nobody is left to answer); the fs capability is reset.
+    /// The agent exited: every pending call completes with [`CallReply::Unreachable`] ([`Unreachable::Exited`]);
+    /// pending agent requests are forgotten (nobody is left to answer); the fs capability is reset.
     pub fn agent_exited(&mut self) {
+        self.fail_calls(Unreachable::Exited);
+        self.agent_requests.clear();
+        self.fs = FsCapability::default();
+    }
+
+    /// The agent can no longer answer (`why`): every pending call completes with [`CallReply::Unreachable`], in
+    /// call order.
+    pub fn fail_calls(&mut self, why: Unreachable) {
         let mut calls: Vec<CallId> = self.calls.drain().map(|(call, ())| call).collect();
         calls.sort_unstable();
         for call in calls {
             self.actions.push_back(Action::CompleteCall {
                 call,
-                reply: CallReply::AgentExited,
+                reply: CallReply::Unreachable(why),
             });
         }
-        self.agent_requests.clear();
-        self.fs = FsCapability::default();
+    }
+
+    /// One call can never be answered (its request could not be written): it completes with
+    /// [`CallReply::Unreachable`]. Returns whether it was pending.
+    pub fn fail_call(&mut self, call: CallId, why: Unreachable) -> bool {
+        if self.calls.remove(&call).is_none() {
+            return false;
+        }
+        self.actions.push_back(Action::CompleteCall {
+            call,
+            reply: CallReply::Unreachable(why),
+        });
+        true
     }
 
     /// Starts an `/acp/call`: assigns the integer id `n` and queues the request line for the agent.
@@ -336,8 +388,10 @@ impl Router {
         self.observe_client_request(method, params);
         let id = call.to_string();
         let line = envelope::request_line(Some(&id), method, params);
-        self.actions
-            .push_back(Action::WriteToAgent(Bytes::from(line)));
+        self.actions.push_back(Action::WriteCall {
+            call,
+            line: Bytes::from(line),
+        });
         Ok(call)
     }
 
@@ -761,9 +815,11 @@ mod tests {
                     }
                     Action::CompleteCall {
                         call,
-                        reply: CallReply::AgentExited,
-                    } => format!("complete {call} exited"),
-                    Action::WriteToAgent(b) => format!("write {}", String::from_utf8_lossy(&b)),
+                        reply: CallReply::Unreachable(why),
+                    } => format!("complete {call} {}", why.as_str()),
+                    Action::WriteToAgent(b) | Action::WriteCall { line: b, .. } => {
+                        format!("write {}", String::from_utf8_lossy(&b))
+                    }
                     Action::ServeFs(r) => format!("fs {} {} {}", r.method.as_str(), r.id, r.params),
                 })
                 .collect()
@@ -887,6 +943,28 @@ mod tests {
         h.router.agent_exited();
         check(h.actions(), &["complete 1 exited", "complete 2 exited"]);
         assert_eq!(h.router.pending_calls(), 0);
+    }
+
+    #[test]
+    fn closed_pipes_fail_pending_calls_at_once() {
+        let mut h = Harness::new(RouterLimits::default(), false);
+        h.call("a", None).unwrap();
+        h.call("b", None).unwrap();
+        h.call("c", None).unwrap();
+        assert!(h.router.fail_call(2, Unreachable::StdinClosed));
+        assert!(
+            !h.router.fail_call(2, Unreachable::StdinClosed),
+            "only once"
+        );
+        check(h.actions(), &["complete 2 stdin_closed"]);
+        h.router.fail_calls(Unreachable::StdoutClosed);
+        check(
+            h.actions(),
+            &["complete 1 stdout_closed", "complete 3 stdout_closed"],
+        );
+        // A response after that is late.
+        check(h.agent(r#"{"id":1,"result":{}}"#, 0), &[]);
+        assert_eq!(h.router.stats().late_responses, 1);
     }
 
     #[test]

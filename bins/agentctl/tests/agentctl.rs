@@ -407,11 +407,16 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
             json!({"sessionId": session, "prompt": [{"type": "text", "text": "x"}]}),
         )
         .await;
-    check_error((status, body), 502, "agent_exited");
+    check_error((status, body.clone()), 502, "agent_exited");
+    assert_eq!(body["details"]["reason"], "exited", "{body}");
     let status = ctl.status().await;
     assert_eq!(
-        (status["agent_status"].clone(), status["exit_code"].clone()),
-        (json!("exited"), json!(3)),
+        (
+            status["agent_status"].clone(),
+            status["exit_code"].clone(),
+            status["unreachable"].clone()
+        ),
+        (json!("exited"), json!(3), json!("exited")),
         "{status}"
     );
     let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
@@ -1226,4 +1231,59 @@ async fn the_strict_allowlist_mode_passes_only_the_os_allowlist_and_named_variab
         leaked.is_empty(),
         "AGENTCTL_* passed to the agent: {leaked:?}"
     );
+}
+
+fn sh_agent(script: &str) -> String {
+    format!("sh -c {}", shlex::try_quote(script).expect("quotable"))
+}
+
+#[tokio::test]
+async fn a_pending_call_fails_at_once_when_the_agent_closes_its_stdout() {
+    // Reads the request, closes its stdout, keeps running (reading stdin) without ever answering.
+    let ctl = Agentctl::start(Options::agent(sh_agent(
+        "read -r line; exec 1>&-; exec cat >/dev/null",
+    )))
+    .await;
+    ctl.start_agent().await;
+    // The default timeout is 10 minutes; the answer must come long before the harness's 30 s bound.
+    let (status, body) = ctl.call("session/prompt", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    assert_eq!(body["details"]["reason"], "stdout_closed", "{body}");
+    assert_eq!(body["details"]["id"], 1, "{body}");
+    let status = ctl.status().await;
+    assert_eq!(
+        (&status["agent_status"], &status["unreachable"]),
+        (&json!("running"), &json!("stdout_closed")),
+        "{status}"
+    );
+    // Later calls fail at once too; a stop still works and a new start clears the reason.
+    let (status, body) = ctl.call("x", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unreachable"], "exited", "{body}");
+}
+
+#[tokio::test]
+async fn a_call_fails_at_once_when_the_agent_closed_its_stdin() {
+    let ctl = Agentctl::start(Options::agent(sh_agent(
+        r#"exec 0<&-; echo '{"jsonrpc":"2.0","method":"ready"}'; exec sleep 600"#,
+    )))
+    .await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    assert_eq!(next_json(&mut ws).await["method"], "ready");
+    let (status, body) = ctl.call("initialize", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    assert_eq!(body["details"]["reason"], "stdin_closed", "{body}");
+    assert_eq!(ctl.status().await["unreachable"], "stdin_closed");
+    let got = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"method": "session/cancel", "params": {}}),
+        )
+        .await;
+    check_error(got, 502, "agent_unreachable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
 }
