@@ -101,6 +101,7 @@ async fn agentctl_round_trips(sizes: Sizes) -> (Vec<Duration>, Vec<Duration>) {
         let response = ctl
             .http
             .post(&url)
+            .header("content-type", "application/json")
             .body(body.clone())
             .send()
             .await

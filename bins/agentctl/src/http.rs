@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING,
+};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,11 +50,198 @@ pub fn router(app: Arc<App>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             app.clone(),
+            read_body_with_idle_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
             refuse_oversized_content_length,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), require_token))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_cross_site,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(app)
+}
+
+/// Refuses what a web page could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
+/// included, before the token check:
+/// - an `Origin` header that is not a loopback origin (`http(s)://localhost`, `127.0.0.0/8`, `[::1]`, any port)
+///   → 403 `forbidden`;
+/// - when listening on a loopback address: a `Host` whose name is not `localhost`, a loopback IP or the listen
+///   address (DNS rebinding) → 403 `forbidden`; behind a non-loopback address a token is required instead;
+/// - a body (`Content-Length` > 0 or chunked) or a `Content-Type` that is not `application/json` → 415
+///   `unsupported_media_type` (browsers send `text/plain` and form types without a preflight). A POST without
+///   a body and without a content type (`curl -X POST …/start`) passes.
+async fn refuse_cross_site(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(ORIGIN)
+        && !is_loopback_origin(origin.as_bytes())
+    {
+        return ApiError::new(ErrorKind::Forbidden, "cross-site request refused")
+            .with_details(serde_json::json!({"reason": "origin", "origin": String::from_utf8_lossy(origin.as_bytes())}))
+            .into_response();
+    }
+    if app.config.listen_host.is_loopback()
+        && let Some(host) = headers.get(HOST)
+        && !is_allowed_host(host.as_bytes(), app.config.listen_host)
+    {
+        return ApiError::new(
+            ErrorKind::Forbidden,
+            "request for another host refused (dns rebinding)",
+        )
+        .with_details(
+            serde_json::json!({"reason": "host", "host": String::from_utf8_lossy(host.as_bytes())}),
+        )
+        .into_response();
+    }
+    let content_type = headers.get(CONTENT_TYPE);
+    let has_body = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || headers.contains_key(TRANSFER_ENCODING);
+    if (content_type.is_some() || has_body)
+        && !content_type.is_some_and(|v| is_json_media_type(v.as_bytes()))
+    {
+        return ApiError::new(
+            ErrorKind::UnsupportedMediaType,
+            "request bodies must be sent as content-type application/json",
+        )
+        .with_details(serde_json::json!({
+            "content_type": content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        }))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// `application/json`, case-insensitive, with or without parameters (`; charset=utf-8`).
+fn is_json_media_type(value: &[u8]) -> bool {
+    let essence = value.split(|&b| b == b';').next().unwrap_or_default();
+    essence
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"application/json")
+}
+
+/// `http(s)://HOST[:PORT]` where HOST is loopback (see [`is_loopback_name`]).
+fn is_loopback_origin(origin: &[u8]) -> bool {
+    let Ok(origin) = std::str::from_utf8(origin) else {
+        return false;
+    };
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    is_loopback_name(strip_port(rest))
+}
+
+/// A `Host` header naming this server: a loopback name, or the listen address itself; the port is not checked
+/// (a tunnel or port forward may change it).
+fn is_allowed_host(host: &[u8], listen: std::net::IpAddr) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let name = strip_port(host.trim());
+    is_loopback_name(name)
+        || name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip == listen)
+}
+
+/// `localhost` (or a name under `.localhost`, which resolvers keep on the loopback interface, RFC 6761 §6.3) or a
+/// loopback IP literal (`127.0.0.0/8`, `[::1]`).
+fn is_loopback_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let lower = lower.strip_suffix('.').unwrap_or(&lower);
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    let literal = lower
+        .strip_prefix('[')
+        .and_then(|l| l.strip_suffix(']'))
+        .unwrap_or(lower);
+    literal
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `name:port` → `name`; `[v6]:port` → `[v6]`; a bare name or `[v6]` unchanged.
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => authority,
+    }
+}
+
+/// Reads a request body completely before the handler runs, refusing a body that pauses longer than
+/// `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces (408 and the connection closes) or grows past
+/// `AGENTCTL_MAX_MESSAGE_BYTES` (413). Requests without a body pass untouched.
+async fn read_body_with_idle_timeout(
+    State(app): State<Arc<App>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let has_body = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || headers.contains_key(TRANSFER_ENCODING);
+    if !has_body {
+        return next.run(request).await;
+    }
+    let idle = Duration::from_millis(app.config.idle_timeout_ms);
+    let limit = app.config.max_message_bytes;
+    let (parts, body) = request.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut collected = bytes::BytesMut::new();
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return ApiError::new(
+                    ErrorKind::RequestTimeout,
+                    "the request body stalled longer than AGENTCTL_IDLE_TIMEOUT_MS",
+                )
+                .with_details(serde_json::json!({"idle_timeout_ms": app.config.idle_timeout_ms, "received_bytes": collected.len()}))
+                .into_response();
+            }
+            Ok(None) => break,
+            Ok(Some(Err(error))) => {
+                return ApiError::new(
+                    ErrorKind::BadRequest,
+                    format!("reading the body failed: {error}"),
+                )
+                .into_response();
+            }
+            Ok(Some(Ok(chunk))) => {
+                if collected.len().saturating_add(chunk.len()) > limit {
+                    return ApiError::new(
+                        ErrorKind::PayloadTooLarge,
+                        "body is larger than AGENTCTL_MAX_MESSAGE_BYTES",
+                    )
+                    .with_details(serde_json::json!({"limit": limit}))
+                    .into_response();
+                }
+                if collected.is_empty() {
+                    collected.reserve(chunk.len());
+                }
+                collected.extend_from_slice(&chunk);
+            }
+        }
+    }
+    let request = Request::from_parts(parts, axum::body::Body::from(collected.freeze()));
+    next.run(request).await
 }
 
 async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -487,4 +676,79 @@ fn upgrade_rejection(
         ErrorKind::BadRequest,
         format!("websocket upgrade required: {}", rejection.body_text()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_pass_foreign_ones_do_not() {
+        for origin in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://LOCALHOST:443",
+            "http://127.0.0.1:9999",
+            "http://127.1.2.3",
+            "http://[::1]:8080",
+            "http://app.localhost:5173",
+        ] {
+            assert!(is_loopback_origin(origin.as_bytes()), "{origin}");
+        }
+        for origin in [
+            "null",
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example",
+            "file://",
+            "http://10.0.0.1",
+            "http://[::2]",
+            "ws://localhost",
+            "",
+        ] {
+            assert!(!is_loopback_origin(origin.as_bytes()), "{origin}");
+        }
+    }
+
+    #[test]
+    fn hosts_must_name_this_loopback_server() {
+        let listen: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        for host in [
+            "localhost:9999",
+            "127.0.0.1:9999",
+            "127.0.0.1",
+            "[::1]:9999",
+            "localhost",
+        ] {
+            assert!(is_allowed_host(host.as_bytes(), listen), "{host}");
+        }
+        for host in [
+            "evil.example:9999",
+            "evil.example",
+            "192.168.1.1:9999",
+            "localhost.evil:9999",
+        ] {
+            assert!(!is_allowed_host(host.as_bytes(), listen), "{host}");
+        }
+    }
+
+    #[test]
+    fn only_json_media_types_pass() {
+        for value in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/json ",
+        ] {
+            assert!(is_json_media_type(value.as_bytes()), "{value}");
+        }
+        for value in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "",
+        ] {
+            assert!(!is_json_media_type(value.as_bytes()), "{value}");
+        }
+    }
 }

@@ -25,6 +25,7 @@ pub mod hub;
 pub mod output;
 pub mod relay;
 pub mod router;
+pub mod server;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -95,7 +96,7 @@ impl App {
                 max_subscribers: config.max_subscribers,
             },
             fs,
-            config.max_message_bytes,
+            config.max_stdin_queue_bytes,
         );
         let supervisor = agent::Supervisor::new(
             agent::AgentSettings {
@@ -115,11 +116,7 @@ impl App {
             relay.clone(),
             output.clone(),
         );
-        let token = config
-            .token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(auth::TokenCheck::new);
+        let token = config.token().map(auth::TokenCheck::new);
         Ok(Arc::new(Self {
             config,
             argv,
@@ -156,18 +153,16 @@ pub async fn run(
     {
         tracing::error!(message = %error.message, "AGENTCTL_AUTO_START: the agent did not start");
     }
-    let stop_accepting = app.shutdown.clone();
-    // Small request/response exchanges and stream frames must not wait for Nagle's algorithm.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "setting TCP_NODELAY failed");
-        }
-    });
-    let server = tokio::spawn(
-        axum::serve(listener, http::router(app.clone()))
-            .with_graceful_shutdown(async move { stop_accepting.cancelled().await })
-            .into_future(),
-    );
+    let limits = server::ServerLimits {
+        header_read_timeout: Duration::from_millis(app.config.header_read_timeout_ms),
+        max_connections: app.config.max_connections,
+    };
+    let server = tokio::spawn(server::serve(
+        listener,
+        http::router(app.clone()),
+        limits,
+        app.shutdown.clone(),
+    ));
     shutdown.await;
     tracing::info!("shutting down");
     app.shutdown.cancel();
@@ -182,8 +177,7 @@ pub async fn run(
         tracing::warn!("websockets still open after the shutdown grace; closing them");
     }
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => return Err(error).context("serving http"),
+        Ok(Ok(())) => {}
         Ok(Err(join)) => return Err(join).context("the http server task failed"),
         Err(_) => tracing::warn!("requests still in flight after the shutdown grace"),
     }

@@ -7,7 +7,13 @@ use anyhow::Context as _;
 use clap::Parser as _;
 
 fn main() -> ExitCode {
-    let config = agentctl::Config::parse();
+    let mut config = agentctl::Config::parse();
+    // Every setting is checked before the runtime starts and the port is bound; a bad one is a usage error (2),
+    // like the values clap refuses.
+    if let Err(error) = config.load_token_file().and_then(|()| config.validate()) {
+        eprintln!("agentctl: error: {error:#}");
+        return ExitCode::from(2);
+    }
     let filter =
         tracing_subscriber::EnvFilter::new(format!("{},agentctl={}", "warn", config.log_level));
     tracing_subscriber::fmt()
@@ -34,7 +40,6 @@ fn main() -> ExitCode {
 }
 
 async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
-    config.validate()?;
     let addr = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -885,7 +885,7 @@ async fn a_public_listen_address_requires_a_token() {
     let status = tokio::time::timeout(support::WAIT, child.wait())
         .await
         .unwrap();
-    assert_eq!(status.code, Some(1));
+    assert_eq!(status.code, Some(2));
     child.stderr_tail().finished().await;
     assert!(
         child
@@ -1007,7 +1007,7 @@ async fn a_bad_workdir_fails_at_boot_before_the_listening_line() {
     let missing = dir.path().join("missing");
     for path in [missing.to_str().unwrap(), file.to_str().unwrap()] {
         let (code, stdout, stderr) = boot_failure(&[("AGENTCTL_WORKDIR", path)]).await;
-        assert_eq!(code, Some(1), "{path}: {stderr}");
+        assert_eq!(code, Some(2), "{path}: {stderr}");
         assert_eq!(stdout, "", "{path}");
         assert!(stderr.contains("AGENTCTL_WORKDIR"), "{path}: {stderr}");
     }
@@ -1030,6 +1030,58 @@ async fn zero_limits_fail_at_boot_with_exit_2() {
             "{variable}: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn every_setting_is_validated_with_exit_2_before_the_listening_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty_token = dir.path().join("empty-token");
+    std::fs::write(&empty_token, "").unwrap();
+    let empty_token = empty_token.to_str().unwrap().to_owned();
+    let huge = u64::MAX.to_string();
+    for env in [
+        vec![("AGENTCTL_SUBSCRIBER_QUEUE", huge.as_str())],
+        vec![("AGENTCTL_SUBSCRIBER_QUEUE", "1048577")],
+        vec![("AGENTCTL_AGENT_REQUEST_TIMEOUT_MS", huge.as_str())],
+        vec![("AGENTCTL_MAX_CONNECTIONS", "0")],
+        vec![("AGENTCTL_AGENT_ENV_MODE", "everything")],
+        vec![("AGENTCTL_TOKEN_FILE", empty_token.as_str())],
+        vec![("AGENTCTL_TOKEN_FILE", "/no/such/token/file")],
+        vec![("AGENTCTL_AGENT_COMMAND", "agent 'unbalanced")],
+    ] {
+        let (code, stdout, stderr) = boot_failure(&env).await;
+        assert_eq!(code, Some(2), "{env:?}: {stderr}");
+        assert_eq!(stdout, "", "{env:?}");
+        assert!(!stderr.contains("panicked"), "{env:?}: {stderr}");
+        assert!(
+            stderr.contains(env[0].0) || stderr.contains("--"),
+            "{env:?}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_token_file_guards_the_api_and_stays_out_of_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "token-from-a-file\n").unwrap();
+    let mut options =
+        Options::agent(env_dump_agent()).env("AGENTCTL_TOKEN_FILE", path.to_str().unwrap());
+    options.token = None;
+    let mut ctl = Agentctl::start(options).await;
+    let (status, _) = ctl.get("/api/v1/status").await;
+    assert_eq!(status, 401, "no token, no status");
+    ctl.token = Some("token-from-a-file".to_owned());
+    assert_eq!(ctl.status().await["agent_status"], "stopped");
+    ctl.start_agent().await;
+    let env = ctl.call_ok("env", json!({})).await;
+    let env = env["env"].as_object().unwrap();
+    assert!(
+        !env.values()
+            .any(|v| v.as_str().is_some_and(|v| v.contains("token-from-a-file"))),
+        "the token reached the agent"
+    );
+    assert!(!env.contains_key("AGENTCTL_TOKEN_FILE"), "{env:?}");
 }
 
 #[tokio::test]
@@ -1071,7 +1123,8 @@ async fn an_oversized_content_length_gets_413_without_waiting_for_the_body() {
     for (length, expect) in [("99999999999", "413"), ("1001", "413")] {
         let mut tcp = tokio::net::TcpStream::connect(&ctl.addr).await.unwrap();
         let head = format!(
-            "POST /api/v1/acp/send HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+            "POST /api/v1/acp/send HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: {length}\r\n\r\n"
         );
         tcp.write_all(head.as_bytes()).await.unwrap();
         let mut answer = vec![0; 12];
@@ -1286,4 +1339,155 @@ async fn a_call_fails_at_once_when_the_agent_closed_its_stdin() {
     check_error(got, 502, "agent_unreachable");
     let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
     assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn cross_site_requests_are_refused_and_curl_style_calls_pass() {
+    let ctl = Agentctl::acp("echo").await;
+    // A page's no-preflight POSTs: text/plain, a form, a foreign Origin, a rebound Host.
+    let got = ctl
+        .post_with("/api/v1/start", &[("content-type", "text/plain")], "{}")
+        .await;
+    check_error(got, 415, "unsupported_media_type");
+    let got = ctl
+        .post_with(
+            "/api/v1/acp/call",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            r#"{"method":"initialize"}"#,
+        )
+        .await;
+    check_error(got, 415, "unsupported_media_type");
+    let got = ctl
+        .post_with("/api/v1/start", &[("origin", "http://evil.example")], "")
+        .await;
+    check_error(got, 403, "forbidden");
+    let got = ctl
+        .get_with("/api/v1/status", &[("host", "evil.example:9999")])
+        .await;
+    check_error(got, 403, "forbidden");
+    let got = ctl
+        .post_with("/api/v1/start", &[("origin", "null")], "")
+        .await;
+    check_error(got, 403, "forbidden");
+    assert_eq!(
+        ctl.status().await["agent_status"],
+        "stopped",
+        "nothing started"
+    );
+    // A WebSocket opened from a foreign page is refused too.
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/api/v1/acp/stream",
+            ctl.addr
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 403)
+        }
+        other => panic!(
+            "a foreign websocket must be refused: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    // The seed's documented calls: `curl -X POST …/start` (no body, no content type), then a JSON call; a
+    // loopback page's Origin passes.
+    let (status, body) = ctl.post_with("/api/v1/start", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ctl
+        .post_with(
+            "/api/v1/acp/call",
+            &[
+                ("content-type", "application/json"),
+                ("origin", "http://localhost:3000"),
+            ],
+            r#"{"method":"initialize","params":{"protocolVersion":1}}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = ctl.get_with("/health", &[("host", "localhost:1234")]).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_half_sent_request_head_is_closed_at_the_header_read_timeout() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_HEADER_READ_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        .await;
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // An idle keep-alive connection is closed the same way, after its first answer.
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let (status, _) = ctl.get("/health").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_stalled_body_gets_408_at_the_idle_timeout() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_IDLE_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = ctl
+        .raw_exchange(
+            b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"method\":",
+        )
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_503_and_health_answers_again_after() {
+    use tokio::io::AsyncWriteExt as _;
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_CONNECTIONS", "2"),
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = tokio::net::TcpStream::connect(&ctl.addr).await.unwrap();
+        // A complete request on each makes sure the server accepted (and counted) the connection.
+        tcp.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut buf)
+            .await
+            .unwrap();
+        assert_eq!(&buf, b"HTTP/1.1 200");
+        held.push(tcp);
+    }
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too many connections"), "{answer}");
+    drop(held);
+    // The server sees the closes and frees the slots; /health answers again.
+    tokio::time::timeout(support::WAIT, async {
+        loop {
+            let answer = ctl
+                .raw_exchange(
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+            if answer.starts_with("HTTP/1.1 200") {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("health answers once connections close");
 }
