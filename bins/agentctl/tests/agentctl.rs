@@ -1491,3 +1491,38 @@ async fn connections_over_the_cap_get_503_and_health_answers_again_after() {
     .await
     .expect("health answers once connections close");
 }
+
+#[tokio::test]
+async fn answers_to_an_agent_that_stops_reading_stay_within_the_stdin_queue_bound() {
+    // Answers `initialize`, then asks 20 times for a 1 MiB file and never reads its stdin again.
+    let script = r#"read -r line
+echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}'
+dir=$(pwd -P); i=0
+while [ $i -lt 20 ]; do i=$((i+1)); echo '{"jsonrpc":"2.0","id":'$i',"method":"fs/read_text_file","params":{"sessionId":"s","path":"'$dir'/big.txt"}}'; done
+exec sleep 600"#;
+    let limit: u64 = 3 << 20;
+    let ctl = Agentctl::start(
+        Options::agent(sh_agent(script)).env("AGENTCTL_MAX_STDIN_QUEUE_BYTES", limit.to_string()),
+    )
+    .await;
+    std::fs::write(ctl.workdir().join("big.txt"), "x".repeat(1 << 20)).unwrap();
+    ctl.start_agent().await;
+    ctl.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+    )
+    .await;
+    // At most one answer is being written and two more fit the queue: the other 17 (or more) become small errors.
+    let status = ctl
+        .wait_status("the fs answers that do not fit are refused", |s| {
+            s["fs_requests_served"] == 20 && s["fs_refused"].as_u64().is_some_and(|n| n >= 17)
+        })
+        .await;
+    let queued = status["stdin_queued_bytes"].as_u64().unwrap();
+    assert!(queued <= limit, "queued {queued} > limit {limit}: {status}");
+    // A call that does not fit gets 503 instead of growing the queue.
+    let (status, body) = ctl.call("x", json!({"pad": "y".repeat(2 << 20)})).await;
+    check_error((status, body), 503, "unavailable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
+}
