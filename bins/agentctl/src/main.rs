@@ -6,6 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
+/// At exit, how long agentctl waits for blocking work (fs requests on blocking threads) before exiting anyway.
+const BLOCKING_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
     let mut config = agentctl::Config::parse();
     // Every setting is checked before the runtime starts and the port is bound; a bad one is a usage error (2),
@@ -30,7 +33,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
+    let outcome = runtime.block_on(serve(config));
+    // Blocking work still stuck (a read the OS never completes) must not keep agentctl from exiting: dropping the
+    // runtime would wait for it forever.
+    runtime.shutdown_timeout(BLOCKING_SHUTDOWN_WAIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("agentctl: {error:#}");

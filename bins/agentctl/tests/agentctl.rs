@@ -1526,3 +1526,38 @@ exec sleep 600"#;
     let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
     assert_eq!(status, 200, "{body}");
 }
+
+#[tokio::test]
+async fn a_fifo_in_the_workdir_is_refused_without_blocking_and_sigterm_still_stops_agentctl() {
+    // Asks for the FIFO once, then relays agentctl's answer back as a notification.
+    let script = r#"read -r line
+echo '{"jsonrpc":"2.0","id":1,"result":{}}'
+echo '{"jsonrpc":"2.0","id":"r1","method":"fs/read_text_file","params":{"sessionId":"s","path":"'$(pwd -P)'/fifo"}}'
+read -r answer
+printf '{"jsonrpc":"2.0","method":"answer","params":%s}\n' "$answer"
+exec cat >/dev/null"#;
+    let ctl = Agentctl::start(Options::agent(sh_agent(script))).await;
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        ctl.workdir().join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    ctl.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+    )
+    .await;
+    let answer = json_until(&mut ws, |v| v["method"] == "answer").await;
+    assert_eq!(answer["params"]["id"], "r1", "{answer}");
+    assert_eq!(
+        answer["params"]["error"]["data"]["code"], "not_a_file",
+        "{answer}"
+    );
+    let outcome = ctl.terminate().await;
+    assert_eq!(ctl.wait().await.code, Some(0), "{outcome:?}");
+}
