@@ -408,31 +408,69 @@ async fn send(
     Ok(Json(serde_json::json!({"status": "sent"})))
 }
 
-/// `GET /api/v1/acp/stream` (WebSocket): every message from the agent, verbatim, one text frame each.
-async fn acp_stream(
-    State(app): State<Arc<App>>,
-    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> Result<Response, ApiError> {
-    let upgrade = upgrade.map_err(upgrade_rejection)?;
+/// `GET /api/v1/acp/stream` (WebSocket): every message from the agent, verbatim, one text frame each, written
+/// from the one shared buffer the agent's line arrived in (see `ws.rs`).
+async fn acp_stream(State(app): State<Arc<App>>, request: Request) -> Result<Response, ApiError> {
+    let accept = crate::ws::accept_key(request.method(), request.headers()).map_err(|error| {
+        ApiError::new(
+            ErrorKind::BadRequest,
+            format!("websocket upgrade required: {error}"),
+        )
+        .with_details(serde_json::json!({"code": error.code()}))
+    })?;
     let rx = app.relay.subscribe()?;
-    let id = rx.id;
     let relay = app.relay.clone();
-    let on_fail = app.relay.clone();
-    let tracker = app.tracker.clone();
     let max = app.config.max_message_bytes;
-    Ok(upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        .on_failed_upgrade(move |error| {
-            tracing::debug!(%error, "websocket upgrade failed");
-            on_fail.unsubscribe(id);
-        })
-        .on_upgrade(move |socket| tracker.track_future(serve_acp_stream(socket, rx, relay))))
+    let upgrade = hyper::upgrade::on(request);
+    app.tracker.spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                serve_acp_stream(hyper_util::rt::TokioIo::new(upgraded), rx, relay, max).await;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "websocket upgrade failed");
+                relay.unsubscribe(rx.id);
+            }
+        }
+    });
+    axum::http::Response::builder()
+        .status(axum::http::StatusCode::SWITCHING_PROTOCOLS)
+        .header(axum::http::header::UPGRADE, "websocket")
+        .header(axum::http::header::CONNECTION, "upgrade")
+        .header(axum::http::header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .map_err(|error| ApiError::new(ErrorKind::InternalError, error.to_string()))
 }
 
-async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Relay>) {
-    let (mut sink, mut stream) = socket.split();
+async fn serve_acp_stream<S>(socket: S, mut rx: SubscriberRx, relay: Arc<Relay>, max: usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    use tokio::io::AsyncWriteExt as _;
+    let (mut read, mut write) = tokio::io::split(socket);
+    let (events_tx, mut events) = tokio::sync::mpsc::channel::<Option<crate::ws::ClientFrame>>(8);
+    let reader = tokio::spawn(async move {
+        loop {
+            match crate::ws::read_client_frame(&mut read, max).await {
+                Ok(crate::ws::ClientFrame::Ignored) => {}
+                Ok(frame) => {
+                    let close = frame == crate::ws::ClientFrame::Close;
+                    if events_tx.send(Some(frame)).await.is_err() || close {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "acp stream: client connection ended");
+                    // The stream task may be gone already.
+                    let _ = events_tx.send(None).await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut scratch = Vec::with_capacity(SMALL_FRAME_BYTES * 4);
     let mut client_gone = false;
+    let mut client_closed = false;
     let abort = rx.abort_token();
     loop {
         tokio::select! {
@@ -440,7 +478,7 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
             () = abort.cancelled() => break,
             message = rx.recv() => {
                 let Some(first) = message else { break };
-                let send = send_batch(&mut sink, &mut rx, first);
+                let send = send_batch(&mut write, &mut rx, first, &mut scratch);
                 tokio::pin!(send);
                 let sent = tokio::select! {
                     sent = &mut send => sent,
@@ -451,44 +489,103 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
                     break;
                 }
             }
-            incoming = stream.next() => {
-                if !matches!(incoming, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_) | Message::Pong(_)))) {
+            event = events.recv() => match event {
+                Some(Some(crate::ws::ClientFrame::Ping(payload))) => {
+                    let pong = crate::ws::pong_frame(&payload);
+                    if write.write_all(&pong).await.is_err() || write.flush().await.is_err() {
+                        client_gone = true;
+                        break;
+                    }
+                }
+                Some(Some(crate::ws::ClientFrame::Close)) => {
+                    client_closed = true;
+                    break;
+                }
+                Some(Some(crate::ws::ClientFrame::Ignored)) => {}
+                Some(None) | None => {
                     client_gone = true;
                     break;
                 }
-            }
+            },
         }
     }
     relay.unsubscribe(rx.id);
     if !client_gone {
-        let reason = rx.close_reason();
-        let (code, reason) =
-            reason.map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason));
-        close(sink, stream, code, &reason).await;
+        let (code, reason) = if client_closed {
+            (CLOSE_NORMAL, "closed".to_owned())
+        } else {
+            rx.close_reason()
+                .map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason))
+        };
+        let frame = crate::ws::close_frame(code, &reason);
+        let sent = tokio::time::timeout(CLOSE_GRACE, async {
+            write.write_all(&frame).await?;
+            write.flush().await
+        })
+        .await;
+        if matches!(sent, Ok(Ok(()))) && !client_closed {
+            // Wait (bounded) for the client's close so our frame is not lost to a reset (RFC 6455 §7.1.1).
+            let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
+                while let Some(Some(event)) = events.recv().await {
+                    if event == crate::ws::ClientFrame::Close {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
     }
+    // The peer may be gone; the socket closes when dropped either way.
+    let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, write.shutdown()).await;
+    reader.abort();
 }
 
 /// Most messages written to a socket before one flush: queued messages go out in one write instead of one
 /// syscall each.
 pub const MAX_BATCH_MESSAGES: usize = 256;
 
+/// Messages up to this size are copied into the batch buffer; larger ones are written straight from the shared
+/// buffer (never copied per subscriber).
+pub const SMALL_FRAME_BYTES: usize = 16 * 1024;
+
 /// Writes `first` and whatever else is queued right now (up to [`MAX_BATCH_MESSAGES`]), then flushes once.
 /// Returns whether the socket took them.
-async fn send_batch(
-    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+async fn send_batch<W: tokio::io::AsyncWrite + Unpin>(
+    write: &mut W,
     rx: &mut SubscriberRx,
     first: axum::extract::ws::Utf8Bytes,
+    scratch: &mut Vec<u8>,
 ) -> bool {
-    if sink.feed(Message::Text(first)).await.is_err() {
-        return false;
-    }
-    for _ in 1..MAX_BATCH_MESSAGES {
-        let Some(next) = rx.try_recv() else { break };
-        if sink.feed(Message::Text(next)).await.is_err() {
-            return false;
+    use tokio::io::AsyncWriteExt as _;
+    scratch.clear();
+    let mut next = Some(first);
+    let mut count = 0;
+    while let Some(message) = next {
+        let payload = message.as_str().as_bytes();
+        crate::ws::frame_header(crate::ws::OP_TEXT, payload.len(), scratch);
+        if payload.len() <= SMALL_FRAME_BYTES {
+            scratch.extend_from_slice(payload);
+        } else {
+            if write.write_all(scratch).await.is_err() || write.write_all(payload).await.is_err() {
+                return false;
+            }
+            scratch.clear();
         }
+        count += 1;
+        next = if count < MAX_BATCH_MESSAGES {
+            rx.try_recv()
+        } else {
+            None
+        };
     }
-    sink.flush().await.is_ok()
+    if scratch.capacity() > SMALL_FRAME_BYTES * 64 {
+        // A burst of small frames grew the buffer; do not keep it.
+        let keep = std::mem::take(scratch);
+        let ok = write.write_all(&keep).await.is_ok();
+        *scratch = Vec::with_capacity(SMALL_FRAME_BYTES * 4);
+        return ok && write.flush().await.is_ok();
+    }
+    write.write_all(scratch).await.is_ok() && write.flush().await.is_ok()
 }
 
 /// Sends a close frame, then waits (bounded) for the client's close so the frame is not lost to a reset.

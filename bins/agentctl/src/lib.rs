@@ -26,6 +26,7 @@ pub mod output;
 pub mod relay;
 pub mod router;
 pub mod server;
+pub mod ws;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -1561,3 +1561,52 @@ exec cat >/dev/null"#;
     let outcome = ctl.terminate().await;
     assert_eq!(ctl.wait().await.code, Some(0), "{outcome:?}");
 }
+
+/// agentctl's peak resident memory (`VmHWM` of /proc/PID/status), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM line");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM value");
+    kb * 1024
+}
+
+#[tokio::test]
+async fn a_large_frame_fanned_out_to_many_subscribers_is_held_once() {
+    const SUBSCRIBERS: usize = 16;
+    let ctl = Agentctl::acp("huge-update").await;
+    let mut sockets = Vec::new();
+    for _ in 0..SUBSCRIBERS {
+        sockets.push(ctl.ws("/api/v1/acp/stream").await);
+    }
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "dump"}]}),
+    )
+    .await;
+    for ws in &mut sockets {
+        let update = json_until(ws, |v| {
+            v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+        })
+        .await;
+        assert_eq!(
+            update["params"]["update"]["content"][0]["content"]["text"]
+                .as_str()
+                .map(str::len),
+            Some(20_000_000)
+        );
+    }
+    let peak = peak_rss(ctl.child.id().expect("agentctl pid"));
+    // One copy per subscriber would be 16 × 20 MB = 320 MB on top of the line itself.
+    let bound = 200 << 20;
+    eprintln!("agentctl peak rss: {} MiB", peak >> 20);
+    assert!(peak < bound, "peak rss {} MiB", peak >> 20);
+}
