@@ -314,6 +314,32 @@ impl Config {
         Duration::from_millis(self.agent_request_timeout_ms)
     }
 
+    /// The hub's limits, as the binary uses them.
+    pub fn hub_limits(&self) -> crate::hub::HubLimits {
+        crate::hub::HubLimits {
+            queue_messages: self.subscriber_queue_len(),
+            queue_bytes: self.subscriber_queue_bytes,
+            max_subscribers: self.max_subscribers,
+        }
+    }
+
+    /// The router's limits, as the binary uses them.
+    pub fn router_limits(&self) -> crate::router::RouterLimits {
+        crate::router::RouterLimits {
+            max_pending_calls: self.max_pending_calls,
+            max_pending_agent_requests: self.max_pending_agent_requests,
+            agent_request_timeout: self.agent_request_timeout(),
+        }
+    }
+
+    /// The connection limits, as the binary uses them.
+    pub fn server_limits(&self) -> crate::server::ServerLimits {
+        crate::server::ServerLimits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            max_connections: self.max_connections,
+        }
+    }
+
     /// [`Config::subscriber_queue`] as a channel capacity.
     pub fn subscriber_queue_len(&self) -> usize {
         self.subscriber_queue.max(1)
@@ -447,6 +473,48 @@ mod tests {
         assert!(!config.auto_approve_permissions);
         assert_eq!(config.request_timeout_ms, 600_000);
         assert_eq!(config.max_message_bytes, DEFAULT_MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn the_parsed_defaults_are_the_documented_limits() {
+        let config = Config::try_parse_from(["agentctl"]).unwrap();
+        assert_eq!(
+            config.hub_limits(),
+            crate::hub::HubLimits {
+                queue_messages: 4096,
+                queue_bytes: 256 << 20,
+                max_subscribers: 64,
+            }
+        );
+        assert_eq!(
+            config.router_limits(),
+            crate::router::RouterLimits {
+                max_pending_calls: 1024,
+                max_pending_agent_requests: 1024,
+                agent_request_timeout: Duration::from_secs(600),
+            }
+        );
+        assert_eq!(
+            config.server_limits(),
+            crate::server::ServerLimits {
+                header_read_timeout: Duration::from_secs(30),
+                max_connections: 512,
+            }
+        );
+        assert_eq!(
+            config.router_limits(),
+            crate::router::RouterLimits::default()
+        );
+        assert_eq!(
+            config.server_limits(),
+            crate::server::ServerLimits::default()
+        );
+        assert_eq!(config.max_stdin_queue_bytes, 128 << 20);
+        assert_eq!(config.idle_timeout_ms, 30_000);
+        assert_eq!(config.output_buffer_size, 1000);
+        assert_eq!(config.max_output_line_bytes, 16 << 10);
+        assert_eq!((config.stop_grace_ms, config.term_grace_ms), (5_000, 3_000));
+        assert_eq!(config.agent_env_mode, AgentEnvMode::Inherit);
     }
 
     #[test]

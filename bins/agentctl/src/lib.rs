@@ -85,17 +85,9 @@ impl App {
         let output =
             output::OutputBuffer::new(config.output_buffer_size, config.subscriber_queue_len());
         let relay = relay::Relay::new(
-            router::RouterLimits {
-                max_pending_calls: config.max_pending_calls,
-                max_pending_agent_requests: config.max_pending_agent_requests,
-                agent_request_timeout: config.agent_request_timeout(),
-            },
+            config.router_limits(),
             config.auto_approve_permissions,
-            hub::HubLimits {
-                queue_messages: config.subscriber_queue_len(),
-                queue_bytes: config.subscriber_queue_bytes,
-                max_subscribers: config.max_subscribers,
-            },
+            config.hub_limits(),
             fs,
             config.max_stdin_queue_bytes,
         );
@@ -154,10 +146,7 @@ pub async fn run(
     {
         tracing::error!(message = %error.message, "AGENTCTL_AUTO_START: the agent did not start");
     }
-    let limits = server::ServerLimits {
-        header_read_timeout: Duration::from_millis(app.config.header_read_timeout_ms),
-        max_connections: app.config.max_connections,
-    };
+    let limits = app.config.server_limits();
     let server = tokio::spawn(server::serve(
         listener,
         http::router(app.clone()),
