@@ -867,6 +867,11 @@ async fn help_lists_every_variable() {
         "AGENTCTL_MAX_MESSAGE_BYTES",
         "AGENTCTL_AGENT_ENV_MODE",
         "AGENTCTL_AGENT_ENV",
+        "AGENTCTL_TOKEN_FILE",
+        "AGENTCTL_MAX_STDIN_QUEUE_BYTES",
+        "AGENTCTL_HEADER_READ_TIMEOUT_MS",
+        "AGENTCTL_IDLE_TIMEOUT_MS",
+        "AGENTCTL_MAX_CONNECTIONS",
     ] {
         assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
     }
