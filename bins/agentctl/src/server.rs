@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -22,8 +22,12 @@ use tokio_util::task::TaskTracker;
 /// descriptors), so a persistent failure does not spin.
 pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 
-/// How long the 503 answer to a connection over the cap may take to write.
+/// How long the 503 answer to a connection over the cap may take to write, and then how long agentctl reads (and
+/// discards) what the client sent, so closing does not reset the connection before the answer is read.
 pub const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Most bytes read and discarded from a refused connection before it is closed.
+pub const REFUSAL_DRAIN_BYTES: u64 = 64 * 1024;
 
 /// The connection limits (`AGENTCTL_HEADER_READ_TIMEOUT_MS`, `AGENTCTL_MAX_CONNECTIONS`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +148,14 @@ async fn refuse(mut tcp: TcpStream, limit: usize) {
         tcp.shutdown().await
     };
     // The client may be gone or not reading; the connection closes either way.
-    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, write).await;
+    if let Ok(Ok(())) = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, write).await {
+        // Unread request bytes at close would make the kernel reset the connection, and the client could lose
+        // the answer: read (bounded) until the client closes.
+        let mut rest = (&mut tcp).take(REFUSAL_DRAIN_BYTES);
+        let mut sink = tokio::io::sink();
+        let drain = tokio::io::copy(&mut rest, &mut sink);
+        let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, drain).await;
+    }
 }
 
 /// A TCP stream holding one connection permit: the permit is released when the stream is dropped, which for an
