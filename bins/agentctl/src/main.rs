@@ -1,4 +1,5 @@
 //! The `agentctl` binary: parse the configuration, bind, print the listening line, serve until SIGTERM/SIGINT.
+//! Everything else is in the `agentwire-agentctl` library (`crates/agentctl`).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -10,15 +11,17 @@ use clap::Parser as _;
 const BLOCKING_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn main() -> ExitCode {
-    let mut config = agentctl::Config::parse();
+    let mut config = agentwire_agentctl::Config::parse();
     // Every setting is checked before the runtime starts and the port is bound; a bad one is a usage error (2),
     // like the values clap refuses.
     if let Err(error) = config.load_token_file().and_then(|()| config.validate()) {
         eprintln!("agentctl: error: {error:#}");
         return ExitCode::from(2);
     }
-    let filter =
-        tracing_subscriber::EnvFilter::new(format!("{},agentctl={}", "warn", config.log_level));
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "warn,agentctl={level},agentwire_agentctl={level}",
+        level = config.log_level
+    ));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -46,7 +49,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
+async fn serve(config: agentwire_agentctl::Config) -> anyhow::Result<()> {
     let addr = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -57,7 +60,7 @@ async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
     writeln!(stdout, "agentctl listening on {bound}").context("writing the listening line")?;
     stdout.flush().context("writing the listening line")?;
     drop(stdout);
-    agentctl::run(config, listener, shutdown_signal()).await
+    agentwire_agentctl::run(config, listener, shutdown_signal()).await
 }
 
 /// Resolves at SIGTERM or SIGINT (Ctrl-C).

@@ -2,15 +2,17 @@
 //! dialect) and exposes it over HTTP + WebSocket.
 //!
 //! It is a relay, not a protocol client: messages pass verbatim in both directions and only their JSON-RPC
-//! envelope (id / method / result / error) is looked at, so agents of either dialect work. It is not a library
-//! for embedding (the binary's modules are public for its tests and benches only).
+//! envelope (id / method / result / error) is looked at, so agents of either dialect work. This crate is its core;
+//! the `agentctl` binary (`bins/agentctl`) only parses the configuration, binds and calls [`run`]. An
+//! orchestrator can reuse the types (configuration, status, error shape, [`router::Router`]).
 //!
 //! Code map: [`config`] (every `AGENTCTL_*` variable) → [`App::new`] wires [`agent::Supervisor`] (spawn, stop
 //! ladder, status; the only IO on the agent's pipes), [`relay::Relay`] (the tokio shell) around the sans-IO
 //! [`router::Router`] (where each message goes), [`hub::Hub`] (bounded subscriber queues), [`fs::FsService`]
-//! (confined `fs/*`), [`output::OutputBuffer`] (stderr ring) → [`http`] (axum routes, WebSockets, errors in the
-//! shape of [`error::ApiError`]). [`run`] serves until the shutdown future resolves, then stops the agent and
-//! closes every socket.
+//! (confined `fs/*`), [`output::OutputBuffer`] (stderr ring) → [`http`] (axum routes, the cross-site guard,
+//! WebSockets, errors in the shape of [`error::ApiError`]; [`ws`] frames `/acp/stream` from shared buffers) →
+//! [`server`] (accept loop: connection cap, header-read timeout). [`run`] serves until the shutdown future
+//! resolves, then stops the agent and closes every socket.
 //!
 //! Source: `protocols/agentctl.md`; Kandev agent protocol ("agentctl", "agentctl HTTP API").
 
