@@ -206,10 +206,12 @@ enum Resolved {
 ///   permission bits.
 ///
 /// Limits (documented in `docs/architecture.md` too): the agent runs as the same user, so confinement protects
-/// against mistakes and hostile *paths*, not against a process that can itself write outside the root. On
-/// platforms without `openat2`, the walk is race-free for symlink swaps; a directory that is *renamed* out of the
-/// root while a walk holds it open is still used (openat2 detects this and retries). Mount points inside the root
-/// are followed. Opening a device node with `O_NONBLOCK` is refused only after the open, which some drivers act on.
+/// against mistakes and hostile *paths*, not against a process that can itself write outside the root. A process
+/// that can write outside the root can also *move* a directory from inside the root to outside while a lookup is in
+/// it; the lookup then continues there (with `openat2` as with the walk: the kernel guards `..` and symlinks, not
+/// renames of the directories below the one it starts from). On platforms without `openat2`, the walk is as
+/// race-free as `openat2` for symlink swaps, only slower (a system call or two per component). Mount points inside
+/// the root are followed. Opening a device node with `O_NONBLOCK` is refused only after the open, which some drivers act on.
 ///
 /// Source: the fault report "File confinement, race-free" (issue 12); openat2(2), `RESOLVE_BENEATH`.
 #[derive(Debug)]
@@ -358,7 +360,6 @@ impl Confined {
     }
 
     fn resolve(&self, rel: &Path, last: Last) -> Result<Resolved, FsError> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
         if self.strategy == Strategy::Openat2ThenWalk
             && let Some(resolved) = self.resolve_openat2(rel, last)?
         {
@@ -408,6 +409,13 @@ impl Confined {
                 }
             }
         }
+    }
+
+    /// Without `openat2` (not Linux): the walk always decides.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[allow(clippy::unused_self, clippy::unnecessary_wraps)]
+    fn resolve_openat2(&self, _rel: &Path, _last: Last) -> Result<Option<Resolved>, FsError> {
+        Ok(None)
     }
 
     /// The portable resolver: one component at a time from held descriptors, `O_NOFOLLOW`, links resolved here.
