@@ -24,8 +24,9 @@ struct RaceTree {
     outside: PathBuf,
 }
 
-/// `root/real/f.txt` ("inside"), `root/evil` → `outside/` (absolute symlink), `outside/f.txt` ("OUTSIDE").
-/// The swapper moves `real` and `evil` in turn to `root/d`.
+/// `root/real/f.txt` ("inside"), `root/evil` → `outside/` (absolute symlink), `root/file-real` ("inside"),
+/// `root/file-evil` → `outside/f.txt`, and `outside/f.txt` ("OUTSIDE"). The swapper moves `real` and `evil` in turn
+/// to `root/d` ([`Swap::Directory`]), or `file-real` and `file-evil` to `root/t` ([`Swap::File`]).
 fn race_tree() -> RaceTree {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = std::fs::canonicalize(dir.path()).expect("canonical tempdir");
@@ -36,6 +37,8 @@ fn race_tree() -> RaceTree {
     std::fs::write(root.join("real/f.txt"), "inside").expect("write");
     std::fs::write(outside.join("f.txt"), "OUTSIDE").expect("write");
     std::os::unix::fs::symlink(&outside, root.join("evil")).expect("symlink");
+    std::fs::write(root.join("file-real"), "inside").expect("write");
+    std::os::unix::fs::symlink(outside.join("f.txt"), root.join("file-evil")).expect("symlink");
     RaceTree {
         _dir: dir,
         root,
@@ -43,19 +46,43 @@ fn race_tree() -> RaceTree {
     }
 }
 
-/// Swaps `root/d` between the real directory and the symlink to outside until `stop`; counts full cycles.
+/// What the swapper swaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Swap {
+    /// `root/d`: the directory `real` or the symlink `evil` to the outside directory; requests go to `d/f.txt` (read)
+    /// and `d/new.txt` (write).
+    Directory,
+    /// `root/t`: the file `file-real` or the symlink `file-evil` to the outside file; requests go to `t`.
+    File,
+}
+
+/// Swaps the [`Swap`] name between the real entry and the symlink to outside until `stop`; counts full cycles.
 fn spawn_swapper(
     root: PathBuf,
+    swap: Swap,
     stop: Arc<AtomicBool>,
     cycles: Arc<AtomicU64>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let (real, evil, d) = (root.join("real"), root.join("evil"), root.join("d"));
+        let (real, evil, name) = match swap {
+            Swap::Directory => (root.join("real"), root.join("evil"), root.join("d")),
+            Swap::File => (
+                root.join("file-real"),
+                root.join("file-evil"),
+                root.join("t"),
+            ),
+        };
+        let evil_target = std::fs::read_link(&evil).expect("evil link");
         while !stop.load(Ordering::Relaxed) {
-            std::fs::rename(&real, &d).expect("real -> d");
-            std::fs::rename(&d, &real).expect("d -> real");
-            std::fs::rename(&evil, &d).expect("evil -> d");
-            std::fs::rename(&d, &evil).expect("d -> evil");
+            std::fs::rename(&real, &name).expect("real -> name");
+            std::fs::rename(&name, &real).expect("name -> real");
+            std::fs::rename(&evil, &name).expect("evil -> name");
+            std::fs::rename(&name, &evil).expect("name -> evil");
+            // A write that won the race replaced the link itself (never its target): put the link back.
+            if !std::fs::symlink_metadata(&evil).is_ok_and(|m| m.file_type().is_symlink()) {
+                std::fs::remove_file(&evil).expect("remove replaced link");
+                std::os::unix::fs::symlink(&evil_target, &evil).expect("relink");
+            }
             cycles.fetch_add(1, Ordering::Relaxed);
         }
     })
@@ -106,15 +133,27 @@ impl Tally {
 /// race was really run), within [`DEADLINE`].
 fn race(
     tree: &RaceTree,
+    swap: Swap,
     read: impl Fn(&Path) -> Result<String, FsError> + Send + Sync,
     write: impl Fn(&Path) -> Result<(), FsError> + Send + Sync,
 ) -> (Tally, Tally) {
     let stop = Arc::new(AtomicBool::new(false));
     let cycles = Arc::new(AtomicU64::new(0));
-    let swapper = spawn_swapper(tree.root.clone(), stop.clone(), cycles.clone());
+    let swapper = spawn_swapper(tree.root.clone(), swap, stop.clone(), cycles.clone());
     let started = Instant::now();
-    let target = tree.root.join("d/f.txt");
-    let written = tree.root.join("d/new.txt");
+    let (target, written, readable) = match swap {
+        Swap::Directory => (
+            tree.root.join("d/f.txt"),
+            tree.root.join("d/new.txt"),
+            &["inside"][..],
+        ),
+        // The writer replaces `t` (or the file moved from it) with "w".
+        Swap::File => (
+            tree.root.join("t"),
+            tree.root.join("t"),
+            &["inside", "w"][..],
+        ),
+    };
     let enough = |tally: &Tally, tries: u64| {
         tries >= TRIES
             && cycles.load(Ordering::Relaxed) >= TRIES
@@ -128,7 +167,10 @@ fn race(
             while !enough(&tally, tries) && started.elapsed() < DEADLINE {
                 let result = read(&target);
                 if let Ok(text) = &result {
-                    assert_eq!(text, "inside", "read a file outside the root");
+                    assert!(
+                        readable.contains(&text.as_str()),
+                        "read a file outside the root: {text:?}"
+                    );
                 }
                 tally.add(&result);
                 tries += 1;
@@ -159,7 +201,20 @@ fn race(
             cycles.load(Ordering::Relaxed)
         );
     }
-    // Nothing but the written file is left in the real directory: no temporary files.
+    // No temporary files are left anywhere in the root.
+    for dir in [tree.root.clone(), tree.root.join("real")] {
+        for entry in std::fs::read_dir(&dir).expect("list") {
+            let name = entry.expect("entry").file_name();
+            assert!(
+                !name.to_string_lossy().ends_with(".tmp"),
+                "left behind: {name:?}"
+            );
+        }
+    }
+    if swap == Swap::File {
+        return (reads, writes);
+    }
+    // Nothing but the written file is left in the real directory.
     let mut inside: Vec<String> = std::fs::read_dir(tree.root.join("real"))
         .expect("list real")
         .map(|entry| {
@@ -175,10 +230,15 @@ fn race(
     (reads, writes)
 }
 
-#[test]
-fn a_directory_swapped_for_a_symlink_never_leaks_reads_or_writes_outside() {
+/// Races [`Confined`] (both resolvers) under each [`Swap`].
+fn race_confined(walk_only: bool, swap: Swap) {
     let tree = race_tree();
     let confined = Confined::open(&tree.root).expect("root");
+    let confined = if walk_only {
+        confined.walk_only()
+    } else {
+        confined
+    };
     let rel = |path: &Path| {
         confined
             .relative(path)
@@ -187,6 +247,7 @@ fn a_directory_swapped_for_a_symlink_never_leaks_reads_or_writes_outside() {
     };
     race(
         &tree,
+        swap,
         |path| {
             confined
                 .read_file(&rel(path), 1024)
@@ -194,42 +255,40 @@ fn a_directory_swapped_for_a_symlink_never_leaks_reads_or_writes_outside() {
         },
         |path| confined.write_file(&rel(path), b"w"),
     );
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_never_leaks_reads_or_writes_outside() {
+    race_confined(false, Swap::Directory);
+}
+
+#[test]
+fn a_file_swapped_for_a_symlink_never_leaks_reads_or_writes_outside() {
+    race_confined(false, Swap::File);
 }
 
 #[test]
 fn the_portable_walk_alone_never_leaks_reads_or_writes_outside() {
-    let tree = race_tree();
-    let confined = Confined::open(&tree.root).expect("root").walk_only();
-    let rel = |path: &Path| {
-        confined
-            .relative(path)
-            .map(Path::to_path_buf)
-            .expect("inside")
-    };
-    race(
-        &tree,
-        |path| {
-            confined
-                .read_file(&rel(path), 1024)
-                .map(|bytes| String::from_utf8(bytes).expect("utf8"))
-        },
-        |path| confined.write_file(&rel(path), b"w"),
-    );
+    race_confined(true, Swap::Directory);
+    race_confined(true, Swap::File);
 }
 
 #[test]
-fn rooted_fs_under_the_same_race_never_leaks() {
-    let tree = race_tree();
-    let fs = RootedFs::new(&tree.root).expect("root");
+fn rooted_fs_under_the_same_races_never_leaks() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
         .expect("runtime");
-    race(
-        &tree,
-        |path| runtime.block_on(fs.read(path, None, None)),
-        |path| runtime.block_on(fs.write(path, "w")),
-    );
+    for swap in [Swap::Directory, Swap::File] {
+        let tree = race_tree();
+        let fs = RootedFs::new(&tree.root).expect("root");
+        race(
+            &tree,
+            swap,
+            |path| runtime.block_on(fs.read(path, None, None)),
+            |path| runtime.block_on(fs.write(path, "w")),
+        );
+    }
 }
 
 /// A FIFO, a Unix socket and a directory in the root are refused at once, for reads and writes (a FIFO open for
