@@ -91,7 +91,8 @@ pub struct ClientStats {
     /// Updates for sessions that are not registered, dropped (see [`ClientConfig::max_unrouted_updates`]): a
     /// session never created, a dropped [`Session`], or a buffer over its bounds.
     pub unrouted_updates_dropped: u64,
-    /// Updates for sessions whose [`Session`] was dropped.
+    /// Updates routed to a session whose [`Session`] was being dropped (once it is unregistered, later updates
+    /// for it count in [`ClientStats::unrouted_updates_dropped`]).
     pub updates_for_dropped_sessions: u64,
     /// Permission requests answered `cancelled` because the turn was cancelled.
     pub permissions_cancelled: u64,
