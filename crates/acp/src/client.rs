@@ -52,10 +52,17 @@ pub struct ClientConfig {
     /// Capacity, in updates, of each session's queue. Default 256. When a session's queue is full, the dispatcher
     /// waits (back-pressure to the agent through the pipe): drain [`Session`]/[`Turn`] updates.
     pub session_update_queue: usize,
-    /// Most updates kept for sessions not (yet) registered, e.g. an update sent right after the `session/new`
-    /// answer and read before [`Client::new_session`] returned. Default 1024. On overflow the oldest is dropped and
-    /// counted in [`ClientStats::unrouted_updates_dropped`].
+    /// Most updates kept for a session not registered yet *while a `session/new` is in flight* (an update sent
+    /// right after the `session/new` answer can be read before [`Client::new_session`] registers the session).
+    /// Default 1024. On overflow the oldest is dropped. An update for an unknown session while no `session/new` is
+    /// in flight (a session never created, or one whose [`Session`] was dropped) is dropped at once; when the last
+    /// `session/new` in flight ends, what is still kept (for sessions that were never created) is dropped. Every
+    /// drop is counted in [`ClientStats::unrouted_updates_dropped`].
     pub max_unrouted_updates: usize,
+    /// Most bytes (measured as the updates' JSON size) kept for unregistered sessions, under the same rule as
+    /// [`ClientConfig::max_unrouted_updates`]. Default 16 MiB. An update larger than this is dropped at once; on
+    /// overflow the oldest kept are dropped first.
+    pub max_unrouted_bytes: usize,
     /// How long closing the connection may wait for queued output to be written. Default 2 s.
     pub close_timeout: Duration,
 }
@@ -67,6 +74,7 @@ impl Default for ClientConfig {
             client_info: Implementation::new("agentwire-acp", env!("CARGO_PKG_VERSION")),
             session_update_queue: 256,
             max_unrouted_updates: 1024,
+            max_unrouted_bytes: 16 * 1024 * 1024,
             close_timeout: Duration::from_secs(2),
         }
     }
@@ -80,9 +88,11 @@ pub struct ClientStats {
     pub rpc: agentwire_jsonrpc::Stats,
     /// `session/update` notifications that are neither v1 nor Kandev shaped, dropped.
     pub invalid_updates: u64,
-    /// Updates for unregistered sessions dropped because [`ClientConfig::max_unrouted_updates`] were kept.
+    /// Updates for sessions that are not registered, dropped (see [`ClientConfig::max_unrouted_updates`]): a
+    /// session never created, a dropped [`Session`], or a buffer over its bounds.
     pub unrouted_updates_dropped: u64,
-    /// Updates for sessions whose [`Session`] was dropped.
+    /// Updates routed to a session whose [`Session`] was being dropped (once it is unregistered, later updates
+    /// for it count in [`ClientStats::unrouted_updates_dropped`]).
     pub updates_for_dropped_sessions: u64,
     /// Permission requests answered `cancelled` because the turn was cancelled.
     pub permissions_cancelled: u64,
@@ -211,9 +221,10 @@ impl ClientBuilder {
         let capabilities = self.capabilities();
         let router = Arc::new(Router {
             sessions: Mutex::new(HashMap::new()),
-            unrouted: Mutex::new(VecDeque::new()),
+            unrouted: Mutex::new(Unrouted::default()),
             kandev: Mutex::new(KandevRouting::default()),
             max_unrouted: self.config.max_unrouted_updates,
+            max_unrouted_bytes: self.config.max_unrouted_bytes,
             counters: Counters::default(),
         });
         // Unbounded but small: at most one barrier per turn that is ending.
@@ -289,6 +300,32 @@ struct State {
 enum Control {
     /// Route every message already read, then answer.
     Barrier(oneshot::Sender<()>),
+}
+
+/// The JSON size of an update, in bytes (what keeping it costs, roughly); counted without building the JSON.
+fn routed_bytes(routed: &Routed) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let written = match routed {
+        Routed::Update(Update::Known(update)) => serde_json::to_writer(&mut count, update.as_ref()),
+        Routed::Update(Update::Raw { update, .. }) => serde_json::to_writer(&mut count, update),
+        Routed::KandevEnd(Ok(_)) => Ok(()),
+        Routed::KandevEnd(Err(message)) => serde_json::to_writer(&mut count, message),
+    };
+    match written {
+        Ok(()) => count.0,
+        // Not serializable (cannot happen for these types): count it as too large to keep.
+        Err(_) => usize::MAX,
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -447,6 +484,8 @@ impl Client {
             Dialect::AcpV1 => to_params(&request)?,
             Dialect::Kandev => Some(Value::Object(serde_json::Map::new())),
         };
+        // Updates for the new session may be read before it is registered: keep them meanwhile.
+        let _creating = self.inner.router.creating();
         let answer = self.call(METHOD, params).await?;
         let (session_id, modes) = match dialect {
             Dialect::AcpV1 => {
@@ -601,12 +640,52 @@ struct SessionSlot {
     shared: Arc<SessionShared>,
 }
 
+/// Updates for sessions not registered yet, kept only while a `session/new` is in flight.
+#[derive(Default)]
+struct Unrouted {
+    /// `(session, update, its JSON size)`, oldest first.
+    queue: VecDeque<(SessionId, Routed, usize)>,
+    /// The sum of the queue's sizes.
+    bytes: usize,
+    /// `session/new` calls in flight (until their session is registered or the call failed).
+    creating: usize,
+}
+
+impl Unrouted {
+    /// Drops the oldest kept update; false when none is left.
+    fn drop_oldest(&mut self, counters: &Counters) -> bool {
+        let Some((_, _, size)) = self.queue.pop_front() else {
+            return false;
+        };
+        self.bytes = self.bytes.saturating_sub(size);
+        counters.unrouted_dropped.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Marks a `session/new` in flight for the router; dropped after the session is registered (or the call failed).
+struct Creating<'a> {
+    router: &'a Router,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        let mut unrouted = lock(&self.router.unrouted);
+        unrouted.creating = unrouted.creating.saturating_sub(1);
+        if unrouted.creating == 0 {
+            // No session can still claim what is kept: those sessions were never created.
+            while unrouted.drop_oldest(&self.router.counters) {}
+        }
+    }
+}
+
 struct Router {
     sessions: Mutex<HashMap<SessionId, SessionSlot>>,
     /// Lock order: `sessions`, then `unrouted`.
-    unrouted: Mutex<VecDeque<(SessionId, Routed)>>,
+    unrouted: Mutex<Unrouted>,
     kandev: Mutex<KandevRouting>,
     max_unrouted: usize,
+    max_unrouted_bytes: usize,
     counters: Counters,
 }
 
@@ -621,10 +700,46 @@ impl Router {
         let mut sessions = lock(&self.sessions);
         sessions.insert(id.clone(), SessionSlot { tx, shared });
         let mut unrouted = lock(&self.unrouted);
-        let (mine, others): (VecDeque<_>, VecDeque<_>) =
-            unrouted.drain(..).partition(|(session, _)| *session == id);
-        *unrouted = others;
-        mine.into_iter().map(|(_, routed)| routed).collect()
+        let (mine, others): (VecDeque<_>, VecDeque<_>) = unrouted
+            .queue
+            .drain(..)
+            .partition(|(session, _, _)| *session == id);
+        unrouted.queue = others;
+        unrouted.bytes = unrouted.queue.iter().map(|(_, _, size)| size).sum();
+        mine.into_iter().map(|(_, routed, _)| routed).collect()
+    }
+
+    /// Marks a `session/new` in flight until the guard is dropped.
+    fn creating(&self) -> Creating<'_> {
+        lock(&self.unrouted).creating += 1;
+        Creating { router: self }
+    }
+
+    /// Keeps an update for an unregistered session while a `session/new` is in flight, within the bounds;
+    /// otherwise drops and counts it.
+    fn keep_unrouted(&self, id: SessionId, routed: Routed) {
+        let mut unrouted = lock(&self.unrouted);
+        let size = if unrouted.creating == 0 || self.max_unrouted == 0 {
+            None
+        } else {
+            Some(routed_bytes(&routed)).filter(|&size| size <= self.max_unrouted_bytes)
+        };
+        let Some(size) = size else {
+            self.counters
+                .unrouted_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(session = %id, "dropping an update for a session that is not registered");
+            return;
+        };
+        while unrouted.queue.len() >= self.max_unrouted
+            || unrouted.bytes + size > self.max_unrouted_bytes
+        {
+            if !unrouted.drop_oldest(&self.counters) {
+                break;
+            }
+        }
+        unrouted.bytes += size;
+        unrouted.queue.push_back((id, routed, size));
     }
 
     fn unregister(&self, id: &SessionId) {
@@ -643,16 +758,8 @@ impl Router {
             match sessions.get(&id) {
                 Some(slot) => slot.tx.clone(),
                 None => {
-                    let mut unrouted = lock(&self.unrouted);
-                    if unrouted.len() >= self.max_unrouted {
-                        unrouted.pop_front();
-                        self.counters
-                            .unrouted_dropped
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.max_unrouted > 0 {
-                        unrouted.push_back((id, routed));
-                    }
+                    // Still under the `sessions` lock: a session registered meanwhile takes what is kept.
+                    self.keep_unrouted(id, routed);
                     return;
                 }
             }
@@ -846,7 +953,7 @@ impl AgentRequestTask {
 ///
 /// Updates that arrive outside a turn (a `session/load` replay, updates sent after a prompt answer) are read with
 /// [`Session::next_update`]; during a turn, [`Turn::next`] yields them. Dropping the session unregisters it (later
-/// updates for it are counted in [`ClientStats::updates_for_dropped_sessions`] or kept as unrouted).
+/// updates for it are dropped and counted in [`ClientStats::unrouted_updates_dropped`]).
 pub struct Session {
     id: SessionId,
     client: Client,
@@ -1230,67 +1337,110 @@ impl Turn<'_> {
 mod tests {
     use super::*;
 
-    fn router(max_unrouted: usize) -> Router {
+    fn router(max_unrouted: usize, max_unrouted_bytes: usize) -> Router {
         Router {
             sessions: Mutex::new(HashMap::new()),
-            unrouted: Mutex::new(VecDeque::new()),
+            unrouted: Mutex::new(Unrouted::default()),
             kandev: Mutex::new(KandevRouting::default()),
             max_unrouted,
+            max_unrouted_bytes,
             counters: Counters::default(),
         }
     }
 
+    /// A raw update whose JSON size is `"n"` plus quotes: 3 bytes for one digit.
     fn text(n: usize) -> Routed {
         Routed::Update(Update::Raw {
             kind: Some(n.to_string()),
-            update: Value::Null,
+            update: Value::String(n.to_string()),
             error: String::new(),
         })
     }
 
-    /// Routes `sent` updates for a session not registered yet, then registers it: what it gets, and the drop count.
-    fn check(max_unrouted: usize, sent: usize, expect_kept: &[&str], expect_dropped: u64) {
-        let router = router(max_unrouted);
+    fn route_all(router: &Router, session: &str, numbers: impl IntoIterator<Item = usize>) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            for n in 0..sent {
-                router.route(SessionId::new("later"), text(n)).await;
+            for n in numbers {
+                router.route(SessionId::new(session), text(n)).await;
             }
-            router.route(SessionId::new("other"), text(99)).await;
         });
+    }
+
+    fn kinds(backlog: &VecDeque<Routed>) -> Vec<String> {
+        backlog
+            .iter()
+            .filter_map(|routed| match routed {
+                Routed::Update(Update::Raw { kind, .. }) => kind.clone(),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dropped(router: &Router) -> u64 {
+        router.counters.unrouted_dropped.load(Ordering::Relaxed)
+    }
+
+    /// While a `session/new` is in flight, routes `sent` updates for `later` and one for `other`, then registers
+    /// `later`: what it gets, and the drop count before and after the creation ends.
+    fn check(
+        limits: (usize, usize),
+        sent: usize,
+        expect_kept: &[&str],
+        expect_dropped: u64,
+        expect_dropped_after: u64,
+    ) {
+        let router = router(limits.0, limits.1);
+        let creating = router.creating();
+        route_all(&router, "later", 0..sent);
+        route_all(&router, "other", [9]);
         let (tx, _rx) = mpsc::channel(1);
         let backlog = router.register(
             SessionId::new("later"),
             tx,
             Arc::new(SessionShared::default()),
         );
-        let kept: Vec<String> = backlog
-            .iter()
-            .filter_map(|routed| match routed {
-                Routed::Update(Update::Raw { kind, .. }) => kind.clone(),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(kept, expect_kept);
-        assert_eq!(
-            router.counters.unrouted_dropped.load(Ordering::Relaxed),
-            expect_dropped
-        );
+        assert_eq!(kinds(&backlog), expect_kept);
+        assert_eq!(dropped(&router), expect_dropped);
+        drop(creating);
+        assert_eq!(dropped(&router), expect_dropped_after);
+        assert!(lock(&router.unrouted).queue.is_empty());
+        assert_eq!(lock(&router.unrouted).bytes, 0);
     }
 
     #[test]
-    fn unrouted_updates_are_kept_up_to_the_limit() {
-        // 3 for `later` + 1 for `other` = 4 kept at a limit of 4; one past it drops the oldest.
-        check(4, 3, &["0", "1", "2"], 0);
-        check(4, 4, &["1", "2", "3"], 1);
-        check(0, 2, &[], 3);
+    fn unrouted_updates_are_kept_up_to_the_limits_while_a_session_is_created() {
+        // 3 for `later` + 1 for `other` = 4 kept at a limit of 4; one past it drops the oldest. The one for `other`
+        // (never created) is dropped when the creation ends.
+        check((4, 1024), 3, &["0", "1", "2"], 0, 1);
+        check((4, 1024), 4, &["1", "2", "3"], 1, 2);
+        check((0, 1024), 2, &[], 3, 3);
+        // By bytes: each update is 3 bytes; 12 bytes hold 4, 11 hold 3; an update over the byte limit is dropped.
+        check((100, 12), 3, &["0", "1", "2"], 0, 1);
+        check((100, 11), 3, &["1", "2"], 1, 2);
+        check((100, 2), 3, &[], 4, 4);
+    }
+
+    #[test]
+    fn updates_for_sessions_never_created_are_dropped_at_once() {
+        let router = router(1024, 1 << 20);
+        route_all(&router, "ghost", 0..100);
+        assert_eq!(dropped(&router), 100);
+        assert!(lock(&router.unrouted).queue.is_empty());
+        // Two creations in flight: what is kept survives the first one's end, not the last one's.
+        let first = router.creating();
+        let second = router.creating();
+        route_all(&router, "ghost", [1]);
+        drop(first);
+        assert_eq!(lock(&router.unrouted).queue.len(), 1);
+        drop(second);
+        assert_eq!(dropped(&router), 101);
     }
 
     #[test]
     fn updates_for_a_registered_session_bypass_the_unrouted_buffer() {
-        let router = router(1);
+        let router = router(1, 1024);
         let (tx, mut rx) = mpsc::channel(4);
         let backlog = router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
         assert!(backlog.is_empty());

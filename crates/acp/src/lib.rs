@@ -21,7 +21,10 @@
 //! notes in protocols/acp.md. Obligations this crate keeps:
 //!
 //! - **Fail closed.** The default permission handler rejects ([`RejectPermissions`]); `fs` is advertised only when
-//!   an [`FsHandler`] is installed, and the provided [`RootedFs`] refuses paths and symlinks out of its root.
+//!   an [`FsHandler`] is installed, and the provided [`RootedFs`] refuses paths and symlinks out of its root,
+//!   resolving every path beneath the root's descriptor at use time ([`fs::Confined`]: `openat2` with
+//!   `RESOLVE_BENEATH`, or an `O_NOFOLLOW` walk), so a directory swapped for a symlink mid-request cannot leak a
+//!   read or a write; FIFOs, sockets and devices are refused without blocking.
 //! - **Cancellation.** [`Turn::cancel`] answers the turn's pending permission requests `cancelled`, keeps accepting
 //!   updates, and reports the turn `cancelled` whatever the agent answers (an error, `end_turn`, …); a late
 //!   duplicate answer is dropped and counted by the connection.
@@ -47,7 +50,7 @@ pub use client::{
     Canceller, Client, ClientBuilder, ClientConfig, ClientStats, Session, Turn, TurnEvent,
 };
 pub use error::AcpError;
-pub use fs::{FsError, FsLimits, RootedFs};
+pub use fs::{Confined, FsError, FsLimits, RootedFs};
 pub use handlers::{FsHandler, PermissionHandler, RejectPermissions};
 pub use kandev::Dialect;
 pub use terminal::{OutputBuffer, ProcessTerminals, TerminalHandler, TerminalLimits};

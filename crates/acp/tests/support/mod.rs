@@ -208,6 +208,11 @@ impl Tap {
         Ok(())
     }
 
+    /// Checks one recorded message (a line without its newline) as written by `side`, as if it had passed the tap.
+    pub fn check_recorded(&self, side: Side, line: &str) {
+        self.check_line(side, line.as_bytes());
+    }
+
     /// Panics unless the client side (and, with `agent_too`, the agent side) emitted only schema-valid messages,
     /// and at least one message was validated.
     pub fn assert_clean(&self, agent_too: bool) {
