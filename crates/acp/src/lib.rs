@@ -60,8 +60,9 @@ pub use kandev::Dialect;
 pub use terminal::{OutputBuffer, ProcessTerminals, TerminalHandler, TerminalLimits};
 pub use update::Update;
 
-/// The ACP v1 wire types (`agent_client_protocol_schema::v1`) and the protocol version type.
+/// The ACP v1 wire types (`agent_client_protocol_schema::v1`), the protocol version type and `MaybeUndefined`
+/// (fields where absent, `null` and a value differ, e.g. `session_info_update.title`).
 pub mod schema {
-    pub use agent_client_protocol_schema::ProtocolVersion;
     pub use agent_client_protocol_schema::v1::*;
+    pub use agent_client_protocol_schema::{MaybeUndefined, ProtocolVersion};
 }

@@ -98,11 +98,6 @@ async fn list_resume_close_and_delete_round_trip() {
     );
     assert_eq!(end.expect("turn"), StopReason::EndTurn);
 
-    let unknown = within(client.resume_session(SessionId::new("nope"), Path::new("/work")))
-        .await
-        .expect_err("unknown session");
-    assert_eq!(rpc_code(&unknown), Some(-32002));
-
     within(resumed.close()).await.expect("session/close");
     within(client.delete_session(&SessionId::new("sess-1")))
         .await
@@ -111,6 +106,10 @@ async fn list_resume_close_and_delete_round_trip() {
         .await
         .expect_err("deleted twice");
     assert_eq!(rpc_code(&gone), Some(-32002));
+    let unknown = within(client.resume_session(SessionId::new("sess-1"), Path::new("/work")))
+        .await
+        .expect_err("a deleted session");
+    assert_eq!(rpc_code(&unknown), Some(-32002));
     let left = within(client.list_sessions(ListSessionsRequest::new()))
         .await
         .expect("session/list");
