@@ -1266,14 +1266,15 @@ impl Session {
     /// # Errors
     ///
     /// [`AcpError::Rpc`] (e.g. -32602 for an unknown option or value), [`AcpError::InvalidResponse`],
-    /// [`AcpError::ConnectionClosed`].
+    /// [`AcpError::ConnectionClosed`]; [`AcpError::CapabilityMissing`] (`configOptions`) in the Kandev dialect.
     pub async fn set_config_option(
         &mut self,
         config_id: impl Into<SessionConfigId>,
         value: SessionConfigOptionValue,
     ) -> Result<&[SessionConfigOption], AcpError> {
         const METHOD: &str = "session/set_config_option";
-        self.client.require_dialect()?;
+        // The Kandev dialect has no config options.
+        self.client.require_v1("configOptions", true)?;
         let request = SetSessionConfigOptionRequest::new(self.id.clone(), config_id, value);
         let answer = self.client.call(METHOD, to_params(&request)?).await?;
         let response: SetSessionConfigOptionResponse = parse_answer(METHOD, answer)?;
