@@ -184,6 +184,42 @@ async fn an_acp_thread_is_reopened_with_session_resume_when_advertised_else_sess
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_resume_falls_back_to_session_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nenv = {{ ACP_FIXTURE_RESUME_FAILS = \"1\" }}\n",
+        fixture.display()
+    );
+    std::fs::write(tmp.path().join("agents.toml"), text).unwrap();
+    let registry = AgentRegistry::load(tmp.path(), &|_| None, None).unwrap();
+    let agent = registry.resolve(Some("acp")).unwrap().clone();
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (first, _) = turn(&mut store, &agent, request("hello")).await;
+    let (second, events) = turn(&mut store, &agent, in_thread(&first.thread_id, "again")).await;
+    assert_eq!(second.status, RunStatus::Succeeded);
+    assert!(
+        second
+            .stderr_tail
+            .contains("acp-fixture: session/load sess-1"),
+        "{}",
+        second.stderr_tail
+    );
+    assert!(
+        second
+            .stderr_tail
+            .contains("acp-fixture: session/resume sess-1 refused"),
+        "resume is tried first: {}",
+        second.stderr_tail
+    );
+    assert_eq!(second.session_id.as_deref(), Some("sess-1"));
+    assert_eq!(second.assistant_text, "again");
+    assert!(!events.iter().any(
+        |e| matches!(e, NormalizedEvent::Notice { kind, .. } if kind == "session_not_resumed")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_that_replays_anyway_is_kept_out_of_the_turn() {
     let tmp = tempfile::tempdir().unwrap();
     let agent = acp_agent(tmp.path(), &["--mode", "resume-replays"]);
