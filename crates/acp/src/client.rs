@@ -658,16 +658,17 @@ impl Client {
     fn register(&self, session_id: SessionId, modes: Option<SessionModeState>) -> Session {
         let (tx, rx) = mpsc::channel(self.inner.config.session_update_queue.max(1));
         let shared = Arc::new(SessionShared::default());
-        let backlog = self
-            .inner
-            .router
-            .register(session_id.clone(), tx, shared.clone());
+        let (backlog, previous) =
+            self.inner
+                .router
+                .register(session_id.clone(), tx, shared.clone());
         Session {
             id: session_id,
             client: self.clone(),
             rx,
             backlog,
             shared,
+            previous,
             modes,
             config_options: None,
             usage: None,
@@ -758,31 +759,44 @@ struct Router {
 }
 
 impl Router {
-    /// Registers a session and returns the updates that arrived for it before.
+    /// Registers a session; returns the updates that arrived for it before, and the registration it replaced (a
+    /// handle on the same id still alive, e.g. before a `session/resume` of it).
     fn register(
         &self,
         id: SessionId,
         tx: mpsc::Sender<Routed>,
         shared: Arc<SessionShared>,
-    ) -> VecDeque<Routed> {
+    ) -> (VecDeque<Routed>, Option<SessionSlot>) {
         let mut sessions = lock(&self.sessions);
-        sessions.insert(id.clone(), SessionSlot { tx, shared });
+        let previous = sessions.insert(id.clone(), SessionSlot { tx, shared });
         let mut unrouted = lock(&self.unrouted);
         let (mine, others): (VecDeque<_>, VecDeque<_>) =
             unrouted.drain(..).partition(|(session, _)| *session == id);
         *unrouted = others;
-        mine.into_iter().map(|(_, routed)| routed).collect()
+        (
+            mine.into_iter().map(|(_, routed)| routed).collect(),
+            previous,
+        )
     }
 
-    /// Unregisters `id` if its slot is still `shared`'s (a later registration of the same id, e.g. a resume of a
-    /// session whose old handle is still alive, is left alone).
-    fn unregister(&self, id: &SessionId, shared: &Arc<SessionShared>) {
+    /// Unregisters `id` if its slot is still `shared`'s (a later registration of the same id is left alone). The
+    /// registration it replaced takes over again when its handle is still alive (a failed `session/resume` or
+    /// `session/load` of an id whose old handle is in use leaves that handle working).
+    fn unregister(
+        &self,
+        id: &SessionId,
+        shared: &Arc<SessionShared>,
+        previous: Option<SessionSlot>,
+    ) {
         let mut sessions = lock(&self.sessions);
         if sessions
             .get(id)
             .is_some_and(|slot| Arc::ptr_eq(&slot.shared, shared))
         {
-            sessions.remove(id);
+            match previous.filter(|slot| !slot.tx.is_closed()) {
+                Some(slot) => sessions.insert(id.clone(), slot),
+                None => sessions.remove(id),
+            };
         }
     }
 
@@ -1068,6 +1082,8 @@ pub struct Session {
     rx: mpsc::Receiver<Routed>,
     backlog: VecDeque<Routed>,
     shared: Arc<SessionShared>,
+    /// The registration this one replaced (see `Router::unregister`).
+    previous: Option<SessionSlot>,
     modes: Option<SessionModeState>,
     config_options: Option<Vec<SessionConfigOption>>,
     usage: Option<UsageUpdate>,
@@ -1084,7 +1100,11 @@ impl std::fmt::Debug for Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.client.inner.router.unregister(&self.id, &self.shared);
+        let previous = self.previous.take();
+        self.client
+            .inner
+            .router
+            .unregister(&self.id, &self.shared, previous);
     }
 }
 
@@ -1582,7 +1602,7 @@ mod tests {
             router.route(SessionId::new("other"), text(99)).await;
         });
         let (tx, _rx) = mpsc::channel(1);
-        let backlog = router.register(
+        let (backlog, _) = router.register(
             SessionId::new("later"),
             tx,
             Arc::new(SessionShared::default()),
@@ -1613,7 +1633,8 @@ mod tests {
     fn updates_for_a_registered_session_bypass_the_unrouted_buffer() {
         let router = router(1);
         let (tx, mut rx) = mpsc::channel(4);
-        let backlog = router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
+        let (backlog, _) =
+            router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
         assert!(backlog.is_empty());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()

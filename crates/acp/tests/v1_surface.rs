@@ -466,3 +466,31 @@ async fn methods_the_agent_did_not_advertise_are_refused_before_sending() {
     let log = tap.log.lock().expect("tap");
     assert_eq!(log.client_methods, ["initialize", "session/new"]);
 }
+
+#[tokio::test]
+async fn a_failed_resume_leaves_the_live_handle_working() {
+    let (client, tap) = memory_pair(Mode::Echo, ClientBuilder::new());
+    within(client.initialize()).await.expect("initialize");
+    let mut session = within(client.new_session(Path::new("/work")))
+        .await
+        .expect("session/new");
+    within(client.delete_session(session.id()))
+        .await
+        .expect("session/delete");
+    let refused = within(client.resume_session(session.id().clone(), Path::new("/work")))
+        .await
+        .expect_err("a deleted session");
+    assert_eq!(rpc_code(&refused), Some(-32002));
+    // The failed resume's registration went away and gave the id back to the live handle.
+    let (updates, end) = prompt(&mut session, "still here").await;
+    assert_eq!(
+        updates
+            .iter()
+            .filter_map(Update::agent_text)
+            .collect::<Vec<_>>(),
+        ["still here"]
+    );
+    assert_eq!(end.expect("turn"), StopReason::EndTurn);
+    assert_eq!(client.stats().unrouted_updates_dropped, 0);
+    tap.assert_clean(true);
+}
