@@ -29,7 +29,8 @@
 //! after the cancel (`no_permission_request_after_cancel`), updates replayed by a resume
 //! (`session_resume_does_not_replay`), a load answered before its replay (`session_load_replays_before_answer`), an
 //! unknown request never answered (`unknown_request_answered`), a string `protocolVersion`
-//! (`initialize_answers_integer_version`). The verdicts are kept by [`RuleBook`] (pure); [`run_check`] is the IO
+//! (`initialize_answers_integer_version`). The check advertises no client capability, so any `fs/*`, `terminal/*`
+//! or `elicitation/create` request fails `client_capabilities_respected`. The verdicts are kept by [`RuleBook`] (pure); [`run_check`] is the IO
 //! shell.
 
 use std::ffi::OsString;
@@ -145,6 +146,11 @@ pub const RULES: &[Rule] = &[
         "updates_parse",
         "every session/update kind and shape is one of the v1 schema's",
         "Schema `$defs/SessionUpdate` <https://agentclientprotocol.com/protocol/schema#sessionupdate>",
+    ),
+    must(
+        "client_capabilities_respected",
+        "the agent calls fs/*, terminal/* and elicitation/create only when the client advertised them (this check advertises none)",
+        "Initialization § Client Capabilities <https://agentclientprotocol.com/protocol/initialization#client-capabilities>",
     ),
     must(
         "unknown_request_answered",
@@ -490,6 +496,23 @@ impl RuleBook {
         }
     }
 
+    /// Judges one message the agent wrote, parsed: a request for a client method the check did not advertise
+    /// (`fs/*`, `terminal/*`, `elicitation/create`) fails `client_capabilities_respected`.
+    pub fn observe_agent_message(&mut self, message: &Value) {
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return;
+        };
+        let unadvertised = method.starts_with("fs/")
+            || method.starts_with("terminal/")
+            || method == "elicitation/create";
+        if unadvertised && message.get("id").is_some() {
+            self.fail(
+                "client_capabilities_respected",
+                format!("the agent called {method} though the client did not advertise it"),
+            );
+        }
+    }
+
     /// Judges one update of `session`.
     pub fn observe_update(&mut self, update: &Update) {
         if let Update::Raw { kind, error, .. } = update {
@@ -649,6 +672,11 @@ impl ReplayWatch {
 
 type SharedWatch = Arc<Mutex<ReplayWatch>>;
 
+/// Longest agent line parsed a second time for [`RuleBook::observe_agent_message`] and [`ReplayWatch`]: 1 MiB.
+/// Longer lines are judged only by [`RuleBook::observe_line`] (requests, answers and replayed user messages are far
+/// smaller; a multi-megabyte line is a tool output).
+pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
+
 fn watch(shared: &SharedWatch) -> std::sync::MutexGuard<'_, ReplayWatch> {
     shared
         .lock()
@@ -689,6 +717,22 @@ impl PermissionHandler for CheckPermissions {
             }
         }
         RequestPermissionOutcome::Cancelled
+    }
+}
+
+/// Parses one agent JSON line of at most [`MAX_INSPECTED_BYTES`] for [`RuleBook::observe_agent_message`] and
+/// [`ReplayWatch::agent_message`]; returns whether it was looked into.
+fn inspect_agent_json(book: &mut RuleBook, watch: &mut ReplayWatch, bytes: &[u8]) -> bool {
+    if bytes.len() > MAX_INSPECTED_BYTES {
+        return false;
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(message) => {
+            book.observe_agent_message(&message);
+            watch.agent_message(&message);
+            true
+        }
+        Err(_) => false,
     }
 }
 
@@ -760,6 +804,8 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
     }
     let mut book = book(&shared);
     watch(&replay).judge(&mut book);
+    // Unless a violation was seen on the wire (RuleBook::observe_agent_message).
+    book.pass("client_capabilities_respected");
     book.pass("stdout_only_jsonrpc");
     std::mem::replace(&mut *book, RuleBook::new(0)).finish(why.as_deref().unwrap_or("not reached"))
 }
@@ -1200,11 +1246,8 @@ fn inspecting_pipes(
             while let Some(frame) = decoder.decode(&mut buf) {
                 line_number += 1;
                 book(&shared).observe_line(line_number, &frame);
-                if let Frame::Json(bytes) = &frame
-                    && watch(&agent_replay).active()
-                    && let Ok(message) = serde_json::from_slice::<Value>(bytes)
-                {
-                    watch(&agent_replay).agent_message(&message);
+                if let Frame::Json(bytes) = &frame {
+                    inspect_agent_json(&mut book(&shared), &mut watch(&agent_replay), bytes);
                 }
             }
             if forward && sink.write_all(&bytes).await.is_err() {
@@ -1360,6 +1403,50 @@ mod tests {
         watch.judge(&mut book);
         assert_eq!(
             outcome_of(book, "session_load_replays_before_answer"),
+            "skip: unjudged"
+        );
+    }
+
+    /// A `fs/read_text_file` request line of exactly `len` bytes (padded in its path).
+    fn request_line(len: usize) -> Vec<u8> {
+        let head = r#"{"jsonrpc":"2.0","id":0,"method":"fs/read_text_file","params":{"sessionId":"s","path":"/"#;
+        let tail = r#""}}"#;
+        let mut line = head.as_bytes().to_vec();
+        line.resize(len - tail.len(), b'a');
+        line.extend_from_slice(tail.as_bytes());
+        line
+    }
+
+    #[test]
+    fn unadvertised_client_methods_are_caught_up_to_the_inspection_limit() {
+        for (len, inspected) in [
+            (200, true),
+            (MAX_INSPECTED_BYTES, true),
+            (MAX_INSPECTED_BYTES + 1, false),
+        ] {
+            let mut book = RuleBook::new(200);
+            let mut watch = ReplayWatch::default();
+            let line = request_line(len);
+            assert_eq!(line.len(), len);
+            assert_eq!(inspect_agent_json(&mut book, &mut watch, &line), inspected);
+            let got = outcome_of(book, "client_capabilities_respected");
+            let expect = if inspected {
+                "fail: the agent called fs/read_text_file though the client did not advertise it"
+            } else {
+                "skip: unjudged"
+            };
+            assert_eq!(got, expect, "{len} bytes");
+        }
+        // Notifications and answers are not calls.
+        let mut book = RuleBook::new(200);
+        book.observe_agent_message(
+            &serde_json::json!({"jsonrpc":"2.0","method":"terminal/output"}),
+        );
+        book.observe_agent_message(
+            &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"session/request_permission"}),
+        );
+        assert_eq!(
+            outcome_of(book, "client_capabilities_respected"),
             "skip: unjudged"
         );
     }

@@ -57,6 +57,7 @@ async fn the_echo_agent_is_conformant() {
             ("updates_parse", "pass"),
             ("unknown_request_answered", "pass"),
             ("unknown_method_not_found", "pass"),
+            ("client_capabilities_respected", "pass"),
             ("no_permission_request_after_cancel", "pass"),
             ("session_list_answers", "pass"),
             ("set_config_option_answers", "pass"),
@@ -160,6 +161,17 @@ async fn interop_faults_from_public_reports_fail_their_rule() {
         .get("no_permission_request_after_cancel")
         .expect("rule");
     assert_eq!(rule.outcome, Outcome::Pass, "{}", report.render_text());
+    // An elicitation asked of a client that did not advertise elicitation.
+    check(
+        "acp-fixture",
+        &["--mode", "elicit"],
+        &[
+            ("client_capabilities_respected", "fail"),
+            ("prompt_returns_stop_reason", "pass"),
+        ],
+        false,
+    )
+    .await;
     // A string protocolVersion.
     check(
         "acp-fixture",
