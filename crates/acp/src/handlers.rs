@@ -232,6 +232,35 @@ mod tests {
     }
 
     #[test]
+    fn the_default_elicitation_answer_declines_and_advertises_forms_only() {
+        let schema = serde_json::from_value(serde_json::json!({"type":"object","properties":{}}))
+            .expect("schema");
+        let request = CreateElicitationRequest::new(
+            agent_client_protocol_schema::v1::ElicitationFormMode::new(
+                agent_client_protocol_schema::v1::ElicitationSessionScope::new("s1"),
+                schema,
+            ),
+            "Your name?",
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let response = runtime.block_on(ElicitationHandler::create_elicitation(
+            &DeclineElicitations,
+            request,
+        ));
+        assert_eq!(
+            serde_json::to_value(response).expect("json"),
+            serde_json::json!({"action": "decline"})
+        );
+        assert_eq!(
+            serde_json::to_value(ElicitationHandler::capabilities(&DeclineElicitations))
+                .expect("json"),
+            serde_json::json!({"form": {}})
+        );
+    }
+
+    #[test]
     fn default_handler_fails_closed() {
         use PermissionOptionKind::*;
         check(&[AllowOnce, RejectOnce], Some("o1"));

@@ -775,11 +775,41 @@ mod tests {
             &[json!({"type":"notice","kind":"plan"})],
         );
         check(
+            json!({"sessionUpdate":"usage_update","used":1200,"size":200000}),
+            &[json!({"type":"notice","kind":"usage_update","detail":"used 1200 of 200000 tokens"})],
+        );
+        check(
+            json!({"sessionUpdate":"usage_update","used":5,"size":9,"cost":{"amount":0.25,"currency":"EUR"}}),
+            &[
+                json!({"type":"notice","kind":"usage_update","detail":"used 5 of 9 tokens, cost 0.25 EUR"}),
+            ],
+        );
+        // Titles are bounded like summaries; a cleared title (null) has no detail.
+        check(
+            json!({"sessionUpdate":"session_info_update","title":"x".repeat(21)}),
+            &[
+                json!({"type":"notice","kind":"session_info_update","detail":format!("{}…", "x".repeat(19))}),
+            ],
+        );
+        check(
+            json!({"sessionUpdate":"session_info_update","title":null}),
+            &[json!({"type":"notice","kind":"session_info_update"})],
+        );
+        check(
             json!({"sessionUpdate":"future_thing"}),
             &[
                 json!({"type":"notice","kind":"future_thing","detail":"not understood by the ACP v1 types"}),
             ],
         );
+    }
+
+    #[test]
+    fn usage_updates_become_input_tokens() {
+        let update: UsageUpdate =
+            serde_json::from_value(json!({"used": 4096, "size": 200000})).expect("usage");
+        let usage = usage_of(&update);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (4096, 0));
+        assert_eq!(usage.cache_read_input_tokens, None);
     }
 
     fn code(status: TurnStatus) -> String {
