@@ -158,6 +158,11 @@ pub const RULES: &[Rule] = &[
         "Overview § Communication Model (JSON-RPC 2.0: every request gets a response) <https://agentclientprotocol.com/protocol/overview#communication-model>",
     ),
     should(
+        "cancel_request_answered",
+        "a request cancelled with $/cancel_request is still answered (a result or error -32800)",
+        "Cancellation <https://agentclientprotocol.com/protocol/cancellation>",
+    ),
+    should(
         "unknown_method_not_found",
         "an unknown method is answered with error -32601",
         "Extensibility § Custom Requests <https://agentclientprotocol.com/protocol/extensibility#custom-requests>",
@@ -548,10 +553,16 @@ impl RuleBook {
 /// Replays around `session/resume` and `session/load`, judged from the wire in the order each side wrote (pure:
 /// messages in, verdicts out). A replay is recognised by `user_message_chunk` updates of the watched session: a live
 /// turn never sends the user's own message back, a history replay does.
+///
+/// It also follows the unknown-method probe: when the check cancels it (`$/cancel_request`), whether an answer
+/// still comes is judged at the end (`cancel_request_answered`).
 #[derive(Debug, Default)]
 pub struct ReplayWatch {
     resume: Option<Watched>,
     load: Option<Watched>,
+    /// The probe's id (JSON text) and whether it was answered.
+    probe: Option<(String, bool)>,
+    probe_cancelled: bool,
 }
 
 #[derive(Debug)]
@@ -577,16 +588,23 @@ impl Watched {
 }
 
 impl ReplayWatch {
-    /// Whether a request is watched (agent lines need parsing only then).
-    pub fn active(&self) -> bool {
-        self.resume.is_some() || self.load.is_some()
-    }
-
-    /// A message the client wrote: `session/resume` and `session/load` requests start a watch on their session.
+    /// A message the client wrote: `session/resume` and `session/load` requests start a watch on their session; the
+    /// probe request (`agentwire/conformance_probe`) is followed; a `$/cancel_request` for it is noted.
     pub fn client_message(&mut self, message: &Value) {
         match message.get("method").and_then(Value::as_str) {
             Some("session/resume") => self.resume = Watched::new(message),
             Some("session/load") => self.load = Watched::new(message),
+            Some(PROBE) => {
+                self.probe = message.get("id").map(|id| (id.to_string(), false));
+            }
+            Some("$/cancel_request") => {
+                let id = message.pointer("/params/requestId").map(Value::to_string);
+                if let (Some(id), Some((probe, _))) = (id, &self.probe)
+                    && id == *probe
+                {
+                    self.probe_cancelled = true;
+                }
+            }
             _ => {}
         }
     }
@@ -603,6 +621,11 @@ impl ReplayWatch {
                     if watched.id == id {
                         watched.answered = true;
                     }
+                }
+                if let Some((probe, answered)) = &mut self.probe
+                    && *probe == id
+                {
+                    *answered = true;
                 }
             }
             Some("session/update") => {
@@ -632,8 +655,19 @@ impl ReplayWatch {
     }
 
     /// Records `session_resume_does_not_replay` and `session_load_replays_before_answer` for the watches whose
-    /// request was answered.
+    /// request was answered, and `cancel_request_answered` when the probe was cancelled.
     pub fn judge(&self, book: &mut RuleBook) {
+        match (&self.probe, self.probe_cancelled) {
+            (Some((_, true)), true) => book.pass("cancel_request_answered"),
+            (Some((id, false)), true) => book.fail(
+                "cancel_request_answered",
+                format!("the probe (id {id}) was never answered, even after $/cancel_request"),
+            ),
+            _ => book.skip(
+                "cancel_request_answered",
+                "not exercised: the probe was answered before any $/cancel_request",
+            ),
+        }
         if let Some(resume) = &self.resume
             && resume.answered
         {
@@ -925,11 +959,7 @@ async fn script(
 /// The unknown-method probe: answered at all (`unknown_request_answered`), and with -32601.
 async fn probe(client: &Client, plan: &CheckPlan, shared: &SharedBook) {
     let max = plan.limits.max_evidence_bytes;
-    let call = match client
-        .connection()
-        .start_call("agentwire/conformance_probe", None)
-        .await
-    {
+    let mut call = match client.connection().start_call(PROBE, None).await {
         Ok(call) => call,
         Err(error) => {
             book(shared).fail("unknown_request_answered", quote(&error.to_string(), max));
@@ -937,7 +967,8 @@ async fn probe(client: &Client, plan: &CheckPlan, shared: &SharedBook) {
         }
     };
     let id = call.id();
-    match tokio::time::timeout(plan.limits.probe_timeout, call).await {
+    // By reference: the call must still be pending when it is cancelled (dropping it forgets it, sending nothing).
+    match tokio::time::timeout(plan.limits.probe_timeout, &mut call).await {
         Ok(answer) => {
             book(shared).pass("unknown_request_answered");
             match answer {
@@ -961,9 +992,13 @@ async fn probe(client: &Client, plan: &CheckPlan, shared: &SharedBook) {
             book(shared).skip("unknown_method_not_found", "the probe was never answered");
             // The peer must still answer (-32800 or a result); whatever comes is dropped and counted.
             let _ = client.connection().cancel(&id).await;
+            drop(call);
         }
     }
 }
+
+/// The unknown method the check probes with.
+const PROBE: &str = "agentwire/conformance_probe";
 
 /// Records `rule` from a step's outcome: pass, the error as evidence, or a timeout.
 fn judge_step<T>(
@@ -1358,7 +1393,6 @@ mod tests {
         let answer = |id: i64| serde_json::json!({"jsonrpc":"2.0","id":id,"result":{}});
         // A clean resume and a load that replays before its answer.
         let mut watch = ReplayWatch::default();
-        assert!(!watch.active());
         watch.agent_message(&user_chunk("s1")); // before any watch: a live turn's business
         watch.client_message(&resume);
         watch.agent_message(&user_chunk("other"));
@@ -1396,6 +1430,37 @@ mod tests {
             outcome_of(book, "session_load_replays_before_answer"),
             "fail: session/load of s1 was answered before its replay: 2 user_message_chunk updates after the answer (0 before)"
         );
+        // The probe: cancelled and answered, cancelled and never answered, answered in time.
+        let probe =
+            serde_json::json!({"jsonrpc":"2.0","id":3,"method":"agentwire/conformance_probe"});
+        let cancel = serde_json::json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}});
+        let cancel_other = serde_json::json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":4}});
+        for (messages, expect) in [
+            (
+                vec![("c", &probe), ("c", &cancel), ("a", &answer(3))],
+                "pass",
+            ),
+            (
+                vec![("c", &probe), ("c", &cancel)],
+                "fail: the probe (id 3) was never answered, even after $/cancel_request",
+            ),
+            (
+                vec![("c", &probe), ("a", &answer(3)), ("c", &cancel_other)],
+                "skip: not exercised: the probe was answered before any $/cancel_request",
+            ),
+        ] {
+            let mut watch = ReplayWatch::default();
+            for (side, message) in messages {
+                if side == "c" {
+                    watch.client_message(message);
+                } else {
+                    watch.agent_message(message);
+                }
+            }
+            let mut book = RuleBook::new(200);
+            watch.judge(&mut book);
+            assert_eq!(outcome_of(book, "cancel_request_answered"), expect);
+        }
         // Unanswered requests are not judged here (the script reports the missing answer).
         let mut watch = ReplayWatch::default();
         watch.client_message(&load);
