@@ -97,8 +97,8 @@ pub struct ServeArgs {
     /// Open a second Unix socket for a trusted approver program (its token is written to PATH.token, 0600)
     #[arg(long, value_name = "PATH")]
     pub approvals_socket: Option<PathBuf>,
-    /// The approvals console on this terminal: auto (when stdin and stderr are terminals), on (read answers from
-    /// stdin even when it is not a terminal), off
+    /// The approvals console on this terminal: auto (when stdin and stdout are terminals and serve runs in the
+    /// foreground), on (read answers from stdin even when it is not a terminal), off
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub console: String,
 }

@@ -98,7 +98,7 @@ pub async fn serve(
     let console = match args.console.as_str() {
         "on" => true,
         "off" => false,
-        _ => std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        _ => console_terminal(),
     };
     if console {
         // Attached here, before the listening line: a request after that line finds the console.
@@ -180,6 +180,17 @@ async fn prepare_tasks(
         .map_err(|e: ListenError| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let service = TaskService::new(store, TaskLimits::default());
     Ok((server, service, key, allow))
+}
+
+/// Whether `--console auto` opens the console: stdin and stdout are terminals and this process is in the
+/// terminal's foreground process group (a `serve &` in the background would be stopped by SIGTTIN on its first
+/// read of the terminal).
+fn console_terminal() -> bool {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() || !std::io::stdout().is_terminal() {
+        return false;
+    }
+    rustix::termios::tcgetpgrp(&stdin).is_ok_and(|group| group == rustix::process::getpgrp())
 }
 
 /// Writes a console line to stdout; a closed stdout only loses the line (the console keeps answering).
