@@ -581,7 +581,17 @@ async fn accept_loop<S: Service>(
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors and the like: back off instead of spinning on the same error.
+                tracing::warn!(%error, "local-control: accept failed");
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!("local-control: connection limit reached, closing a new connection");
             continue;

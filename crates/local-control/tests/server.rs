@@ -80,7 +80,12 @@ async fn rpc_round_trip_for_human_and_agent_tokens() {
 #[tokio::test]
 async fn wrong_or_absent_token_is_authentication_failed_before_the_body_is_read() {
     let running = start().await;
-    let wrong = Client::new(running.socket(), Token::generate().unwrap());
+    let presented = Token::generate().unwrap();
+    let wrong = Client::new(running.socket(), presented.clone());
+    assert!(
+        !format!("{:?} {wrong:?}", running.server)
+            .contains(running.server.descriptor().token.expose())
+    );
     let error = wrong
         .rpc(&request("r1", "test.echo", json!({})), TIMEOUT)
         .await
@@ -88,6 +93,17 @@ async fn wrong_or_absent_token_is_authentication_failed_before_the_body_is_read(
     assert_eq!(error.code(), ErrorCode::AuthenticationFailed);
     assert_eq!(error.exit_code(), 4);
     assert!(matches!(error, ClientError::Remote { status: 401, .. }));
+    let body =
+        r#"{"protocolVersion":1,"surfaceVersion":2,"id":"r1","method":"test.echo","params":{}}"#;
+    let response = raw(
+        &running.socket(),
+        &rpc_bytes(presented.expose(), "test.echo", body),
+    )
+    .await;
+    assert!(
+        !response.contains(presented.expose()),
+        "the presented token is not echoed: {response}"
+    );
 
     let body =
         r#"{"protocolVersion":1,"surfaceVersion":2,"id":"r1","method":"test.echo","params":{}}"#;
