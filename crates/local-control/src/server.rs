@@ -46,7 +46,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::descriptor::{Descriptor, Endpoint, Token, remove_descriptor_if_ours, write_descriptor};
-use crate::endpoint::{BoundEndpoint, EndpointError, Layout, bind_endpoint};
+use crate::endpoint::{EndpointError, EndpointLock, Layout, bind_endpoint};
 use crate::envelope::{
     ErrorBody, ErrorCode, RequestEnvelope, ResponseEnvelope, StreamRecord, UNKNOWN_REQUEST_ID,
     UploadRequestEnvelope, is_valid_method, is_valid_request_id,
@@ -455,7 +455,7 @@ pub struct Server {
     hard_stop: CancellationToken,
     grace: Duration,
     accept_task: Option<tokio::task::JoinHandle<tokio::task::JoinSet<()>>>,
-    endpoint: Arc<BoundEndpoint>,
+    endpoint: Arc<EndpointLock>,
 }
 
 impl Server {
@@ -476,8 +476,9 @@ impl Server {
                 .map_err(|error| std::io::Error::other(error.to_string()))??
         };
         let token = Token::generate()?;
-        let listener = tokio::net::UnixListener::from_std(bound.listener.try_clone()?)?;
-        let endpoint = Arc::new(bound);
+        let (listener, lock) = bound.into_parts();
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let endpoint = Arc::new(lock);
         let shutdown = CancellationToken::new();
         let hard_stop = CancellationToken::new();
         let shared = Arc::new(Shared {
