@@ -747,3 +747,18 @@ async fn a_refused_client_upload_sends_no_bytes() {
     assert!(running.temp_files().is_empty());
     running.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_client_sees_body_too_large_even_while_it_is_still_sending() {
+    let running = start().await;
+    for size in [2 * 1024, 4 * 1024 * 1024] {
+        let params = json!("x".repeat(size));
+        let error = running
+            .client()
+            .rpc(&request("r1", "test.echo", params), TIMEOUT)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::BodyTooLarge, "{size}: {error}");
+    }
+    running.server.shutdown().await;
+}
