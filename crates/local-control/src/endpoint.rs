@@ -178,7 +178,7 @@ pub fn prepare_private_dir(dir: &Path) -> Result<(), EndpointError> {
 }
 
 /// A bound, verified socket and the lock that makes it ours. Dropping it releases the lock (not the socket
-/// file; [`BoundEndpoint::remove_socket`] does that).
+/// file; [`EndpointLock::remove_socket`] does that).
 #[derive(Debug)]
 pub struct BoundEndpoint {
     /// The listener, non-blocking.

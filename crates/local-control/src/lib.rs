@@ -11,6 +11,20 @@
 //! - [`server`]: the hyper server and the [`server::Service`] trait the host implements.
 //! - [`client`]: a connect-per-request client with timeouts and strict stream parsing.
 //!
+//! # Use
+//!
+//! Host: implement [`server::Service`] (method table via `route`, agent-token check, `authorize`, then `call` /
+//! `stream` / `upload` / `download`) and run `Server::start(ServerConfig::new(data_dir, app_version), service)`;
+//! it binds `<data_dir>/local-control/control.sock`, then writes `local-control.json`. End with
+//! `server.shutdown().await`.
+//! Client: `descriptor::discover(data_dir)`, `client::select_token(&descriptor, env::var_os(AGENT_TOKEN_ENV))`,
+//! `Client::from_descriptor(&descriptor, token)`, then `rpc` / `stream` / `upload` / `download`, each with a timeout.
+//! Errors carry the envelope's [`envelope::ErrorCode`], whose `exit_code()` is the CLI exit code.
+//!
+//! Not built yet: Windows named pipes; spilling rpc/stream request bodies above 256 KiB to a file (they are held in
+//! memory, bounded by the method's limit); a `GET /v1/events` route (DeepChat serves events as the stream method
+//! `events.subscribe`).
+//!
 //! What this crate deliberately is not: it has no method table, caller policy, approval logic or artifact
 //! storage; those reach it through [`server::Service`]. It never listens on TCP.
 
