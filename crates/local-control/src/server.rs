@@ -867,11 +867,12 @@ async fn handle_inner<S: Service>(
     if global >= shared.limits.max_pending_requests
         || mine >= shared.limits.max_pending_per_connection
     {
-        return Err(Failure::new(
+        let mut failure = Failure::new(
             ErrorCode::RateLimited,
             "too many pending local-control requests",
-        )
-        .status(429));
+        );
+        failure.error = failure.error.retriable(true);
+        return Err(failure);
     }
     // Cancelled with the connection; rpc and upload handlers also cancel it when hyper drops them, streamed
     // responses when their producing task ends.

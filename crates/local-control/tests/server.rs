@@ -673,7 +673,7 @@ async fn requests_past_the_pending_limit_are_rate_limited() {
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::RateLimited);
-    assert!(matches!(error, ClientError::Remote { status: 429, .. }));
+    assert!(matches!(error, ClientError::Remote { status: 429, ref error } if error.retriable));
     hung.abort();
     running.server.shutdown().await;
 }
