@@ -1,6 +1,7 @@
 //! Workspace automation behind `cargo xtask` (the alias lives in `.cargo/config.toml`).
 //!
-//! - `cargo xtask ci`: what CI runs — `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
+//! - `cargo xtask ci`: what CI runs — installs the OS tools the tests need when missing (Debian packages), then
+//!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
 //! - `cargo xtask bench`: every criterion bench in the workspace, summarized with ratios into `docs/benchmarks.md`.
 //! - `cargo xtask fuzz jsonl --seconds N`: the `cargo fuzz` target of agentwire-jsonl for N seconds.
 //! - `cargo xtask conformance`: `awp-host check` against the bundled and fixture agents, or any agent CLI.
@@ -30,7 +31,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Task {
-    /// Format check, clippy with -D warnings, and the whole test suite: exactly what CI runs.
+    /// Installs missing OS tools the tests use (jq, uuidgen), then format check, clippy with -D warnings, and the
+    /// whole test suite: exactly what CI runs.
     Ci,
     /// Run every benchmark (release build) and write the summary with ratios to docs/benchmarks.md.
     Bench {
@@ -110,7 +112,58 @@ fn run(root: &Path, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// OS tools the tests run, with the Debian package that provides each.
+///
+/// `jq` and `uuidgen` are what the Kandev seed's example `agent.sh` needs (agentctl's tests run it unmodified).
+const OS_TOOLS: &[(&str, &str)] = &[("jq", "jq"), ("uuidgen", "uuid-runtime")];
+
+/// Installs the Debian packages of the [`OS_TOOLS`] that are missing from `PATH`, with `apt-get` (as root, or through
+/// `sudo`). On a machine without `apt-get` it fails naming what to install.
+fn ensure_os_tools(root: &Path) -> Result<()> {
+    let missing: Vec<&str> = OS_TOOLS
+        .iter()
+        .filter(|(tool, _)| !on_path(tool))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !on_path("apt-get") {
+        bail!(
+            "the tests need these OS packages, and apt-get is not here to install them: {}",
+            missing.join(" ")
+        );
+    }
+    let as_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| out.stdout.starts_with(b"0"))
+        .unwrap_or(false);
+    let apt = |args: &[&str]| {
+        let mut cmd = if as_root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        cmd
+    };
+    run(root, apt(&["update", "-q"]))?;
+    let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+    install.args(&missing);
+    run(root, install)
+}
+
+/// Whether an executable named `tool` is in one of `PATH`'s directories.
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+}
+
 fn ci(root: &Path) -> Result<()> {
+    ensure_os_tools(root)?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     run(root, fmt)?;

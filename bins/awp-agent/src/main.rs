@@ -10,6 +10,7 @@ mod output;
 mod provider;
 mod session;
 mod sse;
+mod tasks;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -20,8 +21,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::input::{Input, InputError, UserTurn};
 use crate::output::{Event, TextBlock, TextDelta, TurnResult, UsageDto};
-use crate::provider::{Provider, ProviderLimits, StreamItem};
+use crate::provider::{Provider, ProviderLimits, StreamItem, ToolRound};
 use crate::session::{Message, Role, Session, SessionLimits, SessionStore};
+use crate::tasks::{ManagedTasks, TOOL_NAME, TaskToolLimits};
+
+/// Most provider rounds with tool calls in one turn; one more is `managed_tool_round_limit`.
+const MAX_TOOL_ROUNDS: usize = 4;
+/// Most tool calls in one turn; one more is `managed_tool_call_limit`.
+const MAX_TOOL_CALLS_PER_TURN: usize = 4;
 
 /// `--help` text: everything the agent does, accepts and refuses.
 const HELP: &str = "\
@@ -43,7 +50,9 @@ ARGUMENTS:
     Any other argument is refused: stdout gets
     {\"type\":\"result\",\"subtype\":\"startup_error\",\"is_error\":true,\"result\":\"unsupported_argument\"}
     and the exit code is 1 (also: missing_argument_value, invalid_session_id, provider_url_invalid,
-    provider_url_rejected, missing_model, provider_client_failed).
+    provider_url_rejected, missing_model, provider_client_failed, control_plane_url_invalid,
+    control_plane_url_rejected, control_plane_remote_not_allowed, control_plane_key_invalid,
+    control_plane_client_failed).
 
 PROTOCOL:
     stdin:  one line per turn {\"type\":\"user\",\"message\":{\"role\":\"user\",\"content\":[blocks]}}; blocks are
@@ -60,7 +69,8 @@ PROTOCOL:
             unsupported_content_block, empty_message, session_dir_unavailable, session_dir_insecure,
             session_store_failed, session_file_corrupt, session_id_unavailable, provider_unreachable,
             provider_timeout, provider_auth_failed, provider_rate_limited, provider_http_error,
-            provider_bad_response, provider_reply_too_long. Upstream error text is never copied to stdout.
+            provider_bad_response, provider_reply_too_long, provider_requested_unavailable_tool,
+            managed_tool_call_limit, managed_tool_round_limit. Upstream error text is never copied to stdout.
     stderr: diagnostics only.
 
 SESSIONS:
@@ -82,9 +92,31 @@ PROVIDERS:
         \"You said: <text> (turn <n> of this session; before that you said: <previous>)\" and counts usage
         in words.
 
-NOT BUILT:
-    Managed tasks (awp_run_managed_task, AWP_AGENT_MANAGED_TASKS_OPT_IN / AWP_CONTROL_PLANE_URL) are not
-    implemented: this agent advertises no tools.
+MANAGED TASKS:
+    Off (chat-only, no tools) unless all three are set: AWP_AGENT_MANAGED_TASKS_OPT_IN=1,
+    AWP_CONTROL_PLANE_URL (the task API's origin, e.g. http://127.0.0.1:8100 from awp-host serve
+    --tasks-listen) and AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes, no whitespace). Then the agent offers
+    exactly one tool, awp_run_managed_task {\"argv\":[...], \"timeout_seconds\":1..300 (default 60)}: init lists
+    it in tools, the OpenAI-compatible provider gets it in the tools format. A call is validated (at most 32
+    argv items of at most 8192 bytes, 64 KiB in all; never a shell), POSTed to <url>/v1/tasks with
+    Authorization: Bearer <key> and an Idempotency-Key derived from the session id, turn number, tool call id
+    and arguments (a repeated call is the same task), then polled with GET /v1/tasks/<id> for up to
+    timeout_seconds + 10 s. The result goes back to the provider as JSON: task_id, status, exit_code,
+    signal, stdout and stderr (at most 16 KiB each, *_truncated flags) and error; status wait_timed_out means
+    the agent stopped waiting and the task may still be running (it was not cancelled); outcome_unknown
+    means contact was lost after submission; not_submitted carries the reason in error. The control
+    plane's executable allow-list decides what runs. Per turn: at most 4 tool calls and 4 tool rounds
+    (managed_tool_call_limit, managed_tool_round_limit). Tool use and results appear on stdout as
+    {\"type\":\"assistant\",…tool_use…} and {\"type\":\"user\",…tool_result…} lines.
+    URL rules: plain http only to loopback hosts (control_plane_url_rejected); https to a remote host also
+    needs AWP_AGENT_REMOTE_API_OPT_IN=1 (control_plane_remote_not_allowed); no path, query or credentials
+    (control_plane_url_invalid); a bad key is control_plane_key_invalid. These are startup errors.
+    Built-in provider: with the tool offered, a prompt \"run-task: <json>\" (an argv array such as
+    run-task: [\"echo\",\"hi\"], or {\"argv\":[...],\"timeout_seconds\":n}) makes it call the tool, and its
+    answer reports the result (\"Managed task <id> succeeded, exit code 0.\" then stdout/stderr), so the whole
+    path runs without a model.
+    Under awp-host the agent's environment is an allowlist: put the three variables in the agent's
+    agents.toml env (or AWP_AGENT_CLI_ENV_JSON for the env agent), not in the shell.
 ";
 
 /// Input line limit in bytes: 32 MiB (33 554 432). The protocol bounds stdout lines at 4 MiB; stdin lines carry
@@ -119,6 +151,14 @@ struct Events {
 }
 
 impl Events {
+    /// Sends a line built as a JSON value (the tool use and tool result messages).
+    async fn send_value(&mut self, value: &serde_json::Value) -> anyhow::Result<()> {
+        let line = agentwire_jsonl::to_line(value)?;
+        self.stdout.write_all(&line).await?;
+        self.stdout.flush().await?;
+        Ok(())
+    }
+
     async fn send(&mut self, event: &Event<'_>) -> anyhow::Result<()> {
         let line = agentwire_jsonl::to_line(event)?;
         self.stdout.write_all(&line).await?;
@@ -164,9 +204,14 @@ async fn run(argv: Vec<String>) -> anyhow::Result<ExitCode> {
             Ok(provider) => provider,
             Err(error) => return startup_error(&mut events, error.code()).await,
         };
+    let managed = match ManagedTasks::from_vars(lookup, TaskToolLimits::default()) {
+        Ok(managed) => managed,
+        Err(error) => return startup_error(&mut events, error.code()).await,
+    };
     let mut agent = Agent {
         events,
         provider,
+        managed,
         store: SessionStore::from_vars(lookup, SessionLimits::default()),
         resume: args.resume,
         session: None,
@@ -178,6 +223,8 @@ async fn run(argv: Vec<String>) -> anyhow::Result<ExitCode> {
 struct Agent {
     events: Events,
     provider: Provider,
+    /// The managed-task tool, when its three variables are set.
+    managed: Option<ManagedTasks>,
     store: Result<SessionStore, session::SessionError>,
     resume: Option<String>,
     session: Option<Session>,
@@ -240,12 +287,17 @@ impl Agent {
         let cwd = std::env::current_dir()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
+        let tools: &[&str] = if self.managed.is_some() {
+            &[TOOL_NAME]
+        } else {
+            &[]
+        };
         let init = Event::System {
             subtype: "init",
             session_id: &session.id,
             model: self.provider.model(),
             cwd: &cwd,
-            tools: [],
+            tools,
         };
         // A stdout failure ends the process; report it as the caller's error.
         let sent = self.events.send(&init).await.map_err(|_| "stdout_closed");
@@ -280,51 +332,134 @@ impl Agent {
             role: Role::User,
             content: stored_text,
         });
+        session.turns += 1;
         if let Err(error) = store.save(session) {
             eprintln!("awp-agent: saving the session failed: {error}");
             session.messages.pop();
+            session.turns -= 1;
             return self.fail_turn(error.code()).await;
         }
         let history = session.messages.clone();
-        let mut stream = match self.provider.start(&history, &turn).await {
-            Ok(stream) => stream,
-            Err(error) => return self.fail_turn(error.code()).await,
-        };
+        let session_id = session.id.clone();
+        let turn_number = session.turns;
+        let tools: Vec<serde_json::Value> = self
+            .managed
+            .iter()
+            .map(ManagedTasks::tool_definition)
+            .collect();
+        let mut rounds: Vec<ToolRound> = Vec::new();
         let mut reply = String::new();
-        let mut usage = None;
-        let mut block_open = false;
-        let outcome = loop {
-            match stream.next().await {
-                Ok(Some(StreamItem::Text(text))) => {
-                    if !block_open {
+        let mut usage: Option<provider::Usage> = None;
+        let mut block_index = 0u32;
+        let mut calls_made = 0usize;
+        loop {
+            let mut stream = match self.provider.start(&history, &turn, &tools, &rounds).await {
+                Ok(stream) => stream,
+                Err(error) => return self.fail_turn(error.code()).await,
+            };
+            let mut round_text = String::new();
+            let mut calls = Vec::new();
+            let mut block_open = false;
+            let outcome = loop {
+                match stream.next().await {
+                    Ok(Some(StreamItem::Text(text))) => {
+                        if !block_open {
+                            self.events
+                                .send(&Event::ContentBlockStart {
+                                    index: block_index,
+                                    content_block: TextBlock { text: "" },
+                                })
+                                .await?;
+                            block_open = true;
+                        }
                         self.events
-                            .send(&Event::ContentBlockStart {
-                                index: 0,
-                                content_block: TextBlock { text: "" },
+                            .send(&Event::ContentBlockDelta {
+                                index: block_index,
+                                delta: TextDelta { text: &text },
                             })
                             .await?;
-                        block_open = true;
+                        round_text.push_str(&text);
                     }
-                    self.events
-                        .send(&Event::ContentBlockDelta {
-                            index: 0,
-                            delta: TextDelta { text: &text },
-                        })
-                        .await?;
-                    reply.push_str(&text);
+                    Ok(Some(StreamItem::Usage(u))) => {
+                        usage = Some(match usage {
+                            Some(total) => provider::Usage {
+                                input_tokens: total.input_tokens + u.input_tokens,
+                                output_tokens: total.output_tokens + u.output_tokens,
+                            },
+                            None => u,
+                        });
+                    }
+                    Ok(Some(StreamItem::ToolCall(call))) => calls.push(call),
+                    Ok(None) => break Ok(()),
+                    Err(error) => break Err(error),
                 }
-                Ok(Some(StreamItem::Usage(u))) => usage = Some(u),
-                Ok(None) => break Ok(()),
-                Err(error) => break Err(error),
+            };
+            if block_open {
+                self.events
+                    .send(&Event::ContentBlockStop { index: block_index })
+                    .await?;
+                block_index += 1;
             }
-        };
-        if block_open {
+            if let Err(error) = outcome {
+                return self.fail_turn(error.code()).await;
+            }
+            reply.push_str(&round_text);
+            if calls.is_empty() {
+                break;
+            }
+            let Some(managed) = self.managed.as_ref() else {
+                return self.fail_turn("provider_requested_unavailable_tool").await;
+            };
+            calls_made += calls.len();
+            if calls_made > MAX_TOOL_CALLS_PER_TURN {
+                return self.fail_turn("managed_tool_call_limit").await;
+            }
+            if rounds.len() >= MAX_TOOL_ROUNDS {
+                return self.fail_turn("managed_tool_round_limit").await;
+            }
+            let uses: Vec<serde_json::Value> = calls
+                .iter()
+                .map(|call| {
+                    let input = serde_json::from_str::<serde_json::Value>(&call.arguments)
+                        .unwrap_or_else(|_| serde_json::json!({}));
+                    serde_json::json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+                })
+                .collect();
             self.events
-                .send(&Event::ContentBlockStop { index: 0 })
+                .send_value(&serde_json::json!({
+                    "type": "assistant",
+                    "message": {"role": "assistant", "content": uses},
+                    "session_id": session_id,
+                }))
                 .await?;
-        }
-        if let Err(error) = outcome {
-            return self.fail_turn(error.code()).await;
+            let mut results = Vec::with_capacity(calls.len());
+            for call in calls {
+                let result = if call.name == TOOL_NAME {
+                    managed
+                        .run(&call.arguments, &session_id, turn_number, &call.id)
+                        .await
+                } else {
+                    serde_json::json!({"status": "not_submitted", "error": "unknown_tool"})
+                };
+                let is_error =
+                    result.get("status").and_then(serde_json::Value::as_str) != Some("succeeded");
+                let text = result.to_string();
+                self.events
+                    .send_value(&serde_json::json!({
+                        "type": "user",
+                        "message": {"role": "user", "content": [{
+                            "type": "tool_result", "tool_use_id": call.id,
+                            "content": text, "is_error": is_error,
+                        }]},
+                        "session_id": session_id,
+                    }))
+                    .await?;
+                results.push((call, text));
+            }
+            rounds.push(ToolRound {
+                text: round_text,
+                calls: results,
+            });
         }
         let Some(session) = self.session.as_mut() else {
             return self.fail_turn("session_store_failed").await;
@@ -348,7 +483,7 @@ impl Agent {
                 output_tokens: u.output_tokens,
             }),
             duration_ms: Some(duration_ms),
-            num_turns: Some(1),
+            num_turns: Some(u32::try_from(rounds.len() + 1).unwrap_or(u32::MAX)),
         });
         self.events.send(&result).await
     }

@@ -26,8 +26,8 @@ pub enum Event<'a> {
         model: &'a str,
         /// The working directory.
         cwd: &'a str,
-        /// Tools offered: none.
-        tools: [&'static str; 0],
+        /// Tools offered: `["awp_run_managed_task"]` with managed tasks enabled, else none.
+        tools: &'a [&'a str],
     },
     /// A text block opens.
     ContentBlockStart {
@@ -131,7 +131,7 @@ mod tests {
                 session_id: "s",
                 model: "m",
                 cwd: "/",
-                tools: [],
+                tools: &[],
             },
             r#"{"type":"system","subtype":"init","session_id":"s","model":"m","cwd":"/","tools":[]}"#,
         );

@@ -8,7 +8,9 @@
 //!
 //! The built-in provider is a deterministic demo, not a model: it answers
 //! `You said: <text> (turn <n> of this session; before that you said: <previous text>)`, reports the model
-//! name `builtin-demo`, and counts usage in whitespace-separated words, not model tokens.
+//! name `builtin-demo`, and counts usage in whitespace-separated words, not model tokens. When tools are offered
+//! (managed tasks enabled), a prompt `run-task: <json>` makes it call `awp_run_managed_task` with `<json>` (an argv
+//! array, or an object `{"argv":[…],"timeout_seconds":n}`), and its follow-up answer reports the tool result.
 //!
 //! Failures become stable codes ([`ProviderError::code`]); upstream bodies and messages are never passed on.
 
@@ -130,7 +132,36 @@ pub enum StreamItem {
     Text(String),
     /// The reply's usage (OpenAI sends it in the last chunk).
     Usage(Usage),
+    /// The model calls a tool (complete: OpenAI's streamed fragments are joined before this is yielded).
+    ToolCall(ToolCall),
 }
+
+/// A tool call of the model, OpenAI `tool_calls` shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call id (`call_…`), echoed as `tool_call_id` in the result message.
+    pub id: String,
+    /// The function name.
+    pub name: String,
+    /// The arguments as the model wrote them (a JSON object text).
+    pub arguments: String,
+}
+
+/// One round of tool use within a turn: what the model said, the calls it made, and each call's result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolRound {
+    /// Text the model streamed before calling.
+    pub text: String,
+    /// The calls, each with its result (a JSON text given to the model as the `tool` message).
+    pub calls: Vec<(ToolCall, String)>,
+}
+
+/// Most tool calls one reply may carry; more is `provider_bad_response`.
+pub const MAX_TOOL_CALLS_PER_REPLY: usize = 8;
+/// Most bytes of one tool call's arguments; more is `provider_bad_response`.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 64 * 1024;
+/// Prompt prefix that makes the built-in provider call the managed-task tool.
+pub const BUILTIN_TASK_PREFIX: &str = "run-task:";
 
 /// Where replies come from.
 #[derive(Debug)]
@@ -205,7 +236,8 @@ impl Provider {
     }
 
     /// Starts a reply to `history`, whose last message is `current` as stored (images as placeholders);
-    /// the provider gets `current` itself (its text and images) in place of that last message.
+    /// the provider gets `current` itself (its text and images) in place of that last message, then the tool
+    /// `rounds` of this turn so far. `tools` (OpenAI format) are offered when not empty.
     ///
     /// # Errors
     /// A [`ProviderError`] for a failed request or a non-2xx status.
@@ -213,10 +245,12 @@ impl Provider {
         &self,
         history: &[Message],
         current: &UserTurn,
+        tools: &[Value],
+        rounds: &[ToolRound],
     ) -> Result<ReplyStream, ProviderError> {
         match self {
-            Provider::Builtin => Ok(builtin_reply(history, current)),
-            Provider::OpenAi(openai) => openai.start(history, current).await,
+            Provider::Builtin => Ok(builtin_reply(history, current, !tools.is_empty(), rounds)),
+            Provider::OpenAi(openai) => openai.start(history, current, tools, rounds).await,
         }
     }
 }
@@ -248,7 +282,94 @@ fn word_count(text: &str) -> u64 {
     text.split_whitespace().count() as u64
 }
 
-fn builtin_reply(history: &[Message], current_turn: &UserTurn) -> ReplyStream {
+/// The built-in provider's scripted tool use: a tool call for a `run-task:` prompt, then a report of its result.
+fn builtin_tool_step(
+    history: &[Message],
+    current: &UserTurn,
+    rounds: &[ToolRound],
+) -> Option<ReplyStream> {
+    let input_tokens = history.iter().map(|m| word_count(&m.content)).sum();
+    if let Some(round) = rounds.last() {
+        let mut reply = String::new();
+        for (_, result) in &round.calls {
+            if !reply.is_empty() {
+                reply.push('\n');
+            }
+            reply.push_str(&describe_task_result(result));
+        }
+        let usage = Usage {
+            input_tokens,
+            output_tokens: word_count(&reply),
+        };
+        return Some(ReplyStream {
+            inner: Inner::Builtin {
+                items: VecDeque::from([StreamItem::Text(reply), StreamItem::Usage(usage)]),
+            },
+        });
+    }
+    let spec = current
+        .text
+        .trim()
+        .strip_prefix(BUILTIN_TASK_PREFIX)?
+        .trim();
+    let arguments = match serde_json::from_str::<Value>(spec) {
+        Ok(argv @ Value::Array(_)) => json!({ "argv": argv }).to_string(),
+        _ => spec.to_owned(),
+    };
+    let call = ToolCall {
+        id: "call_1".to_owned(),
+        name: crate::tasks::TOOL_NAME.to_owned(),
+        arguments,
+    };
+    let usage = Usage {
+        input_tokens,
+        output_tokens: 0,
+    };
+    Some(ReplyStream {
+        inner: Inner::Builtin {
+            items: VecDeque::from([StreamItem::ToolCall(call), StreamItem::Usage(usage)]),
+        },
+    })
+}
+
+/// The built-in provider's report of a managed-task result (the JSON of `crate::tasks::ManagedTasks::run`).
+fn describe_task_result(result: &str) -> String {
+    let value: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+    let text = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!("Managed task {}", text("status"));
+    if !text("task_id").is_empty() {
+        out = format!("Managed task {} {}", text("task_id"), text("status"));
+    }
+    if let Some(code) = value.get("exit_code").and_then(Value::as_i64) {
+        out.push_str(&format!(", exit code {code}"));
+    }
+    if !text("error").is_empty() {
+        out.push_str(&format!(", error {}", text("error")));
+    }
+    out.push('.');
+    for (name, label) in [("stdout", "stdout"), ("stderr", "stderr")] {
+        if !text(name).is_empty() {
+            out.push_str(&format!("\n{label}:\n{}", text(name)));
+            if value.get(format!("{name}_truncated")) == Some(&Value::Bool(true)) {
+                out.push_str("\n[truncated]");
+            }
+        }
+    }
+    if !text("note").is_empty() {
+        out.push_str(&format!("\n{}", text("note")));
+    }
+    out
+}
+
+fn builtin_reply(
+    history: &[Message],
+    current_turn: &UserTurn,
+    tools: bool,
+    rounds: &[ToolRound],
+) -> ReplyStream {
+    if tools && let Some(step) = builtin_tool_step(history, current_turn, rounds) {
+        return step;
+    }
     let images = current_turn.images.len();
     let current = match current_turn.text.as_str() {
         "" => "(no text)",
@@ -299,6 +420,8 @@ impl OpenAiProvider {
         &self,
         history: &[Message],
         current: &UserTurn,
+        tools: &[Value],
+        rounds: &[ToolRound],
     ) -> Result<ReplyStream, ProviderError> {
         let images = &current.images;
         let last = history.len().saturating_sub(1);
@@ -324,12 +447,35 @@ impl OpenAiProvider {
                 }
             })
             .collect();
-        let body = json!({
+        let mut messages = messages;
+        for round in rounds {
+            let calls: Vec<Value> = round
+                .calls
+                .iter()
+                .map(|(call, _)| {
+                    json!({"id": call.id, "type": "function",
+                           "function": {"name": call.name, "arguments": call.arguments}})
+                })
+                .collect();
+            let content = if round.text.is_empty() {
+                Value::Null
+            } else {
+                Value::String(round.text.clone())
+            };
+            messages.push(json!({"role": "assistant", "content": content, "tool_calls": calls}));
+            for (call, result) in &round.calls {
+                messages.push(json!({"role": "tool", "tool_call_id": call.id, "content": result}));
+            }
+        }
+        let mut body = json!({
             "model": self.model,
             "messages": messages,
             "stream": true,
             "stream_options": {"include_usage": true},
         });
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+        }
         let mut request = self
             .client
             .post(self.endpoint.clone())
@@ -417,6 +563,8 @@ struct ChunkState {
     /// `[DONE]` or end of body seen.
     done: bool,
     pending: VecDeque<StreamItem>,
+    /// Tool calls being streamed, by their `index`: id, name, argument fragments joined.
+    calls: std::collections::BTreeMap<u64, ToolCall>,
 }
 
 impl ReplyStream {
@@ -439,7 +587,11 @@ impl OpenAiStream {
                 return Ok(Some(item));
             }
             if self.state.done {
-                return Ok(None);
+                if self.state.calls.is_empty() {
+                    return Ok(None);
+                }
+                self.state.flush_calls()?;
+                continue;
             }
             match self.decoder.next_event() {
                 Ok(Some(data)) => self.state.handle_event(&data)?,
@@ -478,7 +630,54 @@ impl ChunkState {
             finished: false,
             done: false,
             pending: VecDeque::new(),
+            calls: std::collections::BTreeMap::new(),
         }
+    }
+
+    /// Moves the complete tool calls to `pending`, in index order.
+    fn flush_calls(&mut self) -> Result<(), ProviderError> {
+        for (_, call) in std::mem::take(&mut self.calls) {
+            if call.id.is_empty() || call.name.is_empty() {
+                return Err(ProviderError::BadResponse);
+            }
+            self.pending.push_back(StreamItem::ToolCall(call));
+        }
+        Ok(())
+    }
+
+    fn handle_tool_calls(&mut self, calls: &Value) -> Result<(), ProviderError> {
+        let Value::Array(calls) = calls else {
+            return Err(ProviderError::BadResponse);
+        };
+        for (position, call) in calls.iter().enumerate() {
+            let index = call
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            if !self.calls.contains_key(&index) && self.calls.len() >= MAX_TOOL_CALLS_PER_REPLY {
+                return Err(ProviderError::BadResponse);
+            }
+            let entry = self.calls.entry(index).or_insert_with(|| ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+            if let Some(id) = call.get("id").and_then(Value::as_str)
+                && !id.is_empty()
+            {
+                entry.id = id.chars().take(256).collect();
+            }
+            if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
+                entry.name.push_str(name);
+            }
+            if let Some(arguments) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                entry.arguments.push_str(arguments);
+            }
+            if entry.name.len() > 128 || entry.arguments.len() > MAX_TOOL_ARGUMENT_BYTES {
+                return Err(ProviderError::BadResponse);
+            }
+        }
+        Ok(())
     }
 
     fn handle_event(&mut self, data: &str) -> Result<(), ProviderError> {
@@ -508,6 +707,9 @@ impl ChunkState {
                     return Err(ProviderError::ReplyTooLong);
                 }
                 self.pending.push_back(StreamItem::Text(text.to_owned()));
+            }
+            if let Some(calls) = choice.pointer("/delta/tool_calls").filter(|c| !c.is_null()) {
+                self.handle_tool_calls(calls)?;
             }
             if choice.get("finish_reason").is_some_and(|r| !r.is_null()) {
                 self.finished = true;
@@ -629,7 +831,7 @@ mod tests {
             images: Vec::new(),
         };
         let mut stream = Provider::Builtin
-            .start(&history, &current)
+            .start(&history, &current, &[], &[])
             .await
             .expect("stream");
         let mut text = String::new();
@@ -638,6 +840,7 @@ mod tests {
             match item {
                 StreamItem::Text(t) => text.push_str(&t),
                 StreamItem::Usage(u) => usage = Some(u),
+                StreamItem::ToolCall(call) => panic!("no tools were offered: {call:?}"),
             }
         }
         assert_eq!(
@@ -713,6 +916,119 @@ mod tests {
             chunks(4, &[r#"{"usage":{"prompt_tokens":"x"}}"#]),
             Err(ProviderError::BadResponse)
         );
+    }
+
+    #[test]
+    fn streamed_tool_calls_are_joined_and_yielded_at_the_end() {
+        let call =
+            |c: Value| json!({"choices":[{"index":0,"delta":{"tool_calls":[c]}}]}).to_string();
+        let mut state = ChunkState::new(100);
+        for event in [
+            call(
+                json!({"index":0,"id":"call_a","type":"function","function":{"name":"awp_run_managed_task","arguments":"{\"argv\":"}}),
+            ),
+            call(json!({"index":1,"id":"call_b","function":{"name":"other","arguments":"{}"}})),
+            call(json!({"index":0,"function":{"arguments":"[\"echo\"]}"}})),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}).to_string(),
+        ] {
+            state.handle_event(&event).expect("chunk");
+        }
+        assert!(
+            state.pending.is_empty(),
+            "calls wait for the end of the reply"
+        );
+        state.flush_calls().expect("complete calls");
+        let calls: Vec<StreamItem> = state.pending.into_iter().collect();
+        assert_eq!(
+            calls,
+            [
+                StreamItem::ToolCall(ToolCall {
+                    id: "call_a".into(),
+                    name: "awp_run_managed_task".into(),
+                    arguments: r#"{"argv":["echo"]}"#.into()
+                }),
+                StreamItem::ToolCall(ToolCall {
+                    id: "call_b".into(),
+                    name: "other".into(),
+                    arguments: "{}".into()
+                }),
+            ]
+        );
+        // A call without an id, or too many calls, is a malformed reply.
+        let mut state = ChunkState::new(100);
+        state
+            .handle_event(&call(json!({"index":0,"function":{"name":"x"}})))
+            .expect("chunk");
+        assert_eq!(state.flush_calls(), Err(ProviderError::BadResponse));
+        let mut state = ChunkState::new(100);
+        for index in 0..MAX_TOOL_CALLS_PER_REPLY {
+            state
+                .handle_event(&call(
+                    json!({"index":index,"id":"c","function":{"name":"x"}}),
+                ))
+                .expect("within the limit");
+        }
+        assert_eq!(
+            state.handle_event(&call(json!({"index":99,"id":"c","function":{"name":"x"}}))),
+            Err(ProviderError::BadResponse)
+        );
+    }
+
+    #[tokio::test]
+    async fn the_builtin_provider_calls_the_tool_for_run_task_prompts_when_offered() {
+        let turn = |text: &str| UserTurn {
+            text: text.into(),
+            images: Vec::new(),
+        };
+        let history = vec![Message {
+            role: Role::User,
+            content: "run-task: [\"echo\",\"hi\"]".into(),
+        }];
+        let items = |stream: ReplyStream| match stream.inner {
+            Inner::Builtin { items } => items.into_iter().collect::<Vec<_>>(),
+            Inner::OpenAi(_) => panic!("builtin"),
+        };
+        let tool = json!({"type":"function"});
+        let current = turn("run-task: [\"echo\",\"hi\"]");
+        let first = items(
+            Provider::Builtin
+                .start(&history, &current, std::slice::from_ref(&tool), &[])
+                .await
+                .expect("stream"),
+        );
+        let Some(StreamItem::ToolCall(call)) = first.first().cloned() else {
+            panic!("{first:?}");
+        };
+        assert_eq!(call.name, crate::tasks::TOOL_NAME);
+        assert_eq!(call.arguments, r#"{"argv":["echo","hi"]}"#);
+        let round = ToolRound {
+            text: String::new(),
+            calls: vec![(
+                call,
+                json!({"task_id":"task_1","status":"succeeded","exit_code":0,"stdout":"hi\n","stderr":""})
+                    .to_string(),
+            )],
+        };
+        let second = items(
+            Provider::Builtin
+                .start(&history, &current, &[tool], &[round])
+                .await
+                .expect("stream"),
+        );
+        assert_eq!(
+            second.first(),
+            Some(&StreamItem::Text(
+                "Managed task task_1 succeeded, exit code 0.\nstdout:\nhi\n".into()
+            ))
+        );
+        // Without tools the prompt is just text.
+        let plain = items(
+            Provider::Builtin
+                .start(&history, &current, &[], &[])
+                .await
+                .expect("stream"),
+        );
+        assert!(matches!(plain.first(), Some(StreamItem::Text(t)) if t.starts_with("You ")));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! written `0600` to a temporary file in the same directory, fsynced, renamed over the old file, and the
 //! directory is fsynced, so a crash leaves either the old or the new history, never half of one.
 //!
-//! File shape: `{"version":1,"session_id":"awp-…","messages":[{"role":"user","content":"hi"},…]}`.
+//! File shape: `{"version":1,"session_id":"awp-…","messages":[{"role":"user","content":"hi"},…],"turns":1}`
+//! (`turns` absent in older files).
 
 use std::fs;
 use std::io::Write;
@@ -67,6 +68,9 @@ pub struct Session {
     pub id: String,
     /// History, oldest first.
     pub messages: Vec<Message>,
+    /// Turns started in this session (never decreases when old messages are dropped): the turn number of the
+    /// managed-task idempotency key.
+    pub turns: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -74,6 +78,9 @@ struct SessionFile {
     version: u32,
     session_id: String,
     messages: Vec<Message>,
+    /// Absent in files written before managed tasks: then the number of user messages.
+    #[serde(default)]
+    turns: u64,
 }
 
 /// Why the session store failed. Crosses the process boundary as the turn's `result` code.
@@ -183,6 +190,7 @@ impl SessionStore {
                 return Ok(Session {
                     id: id.to_owned(),
                     messages: Vec::new(),
+                    turns: 0,
                 });
             }
             Err(error) => return Err(error.into()),
@@ -192,8 +200,14 @@ impl SessionStore {
         if file.version != FILE_VERSION || file.session_id != id {
             return Err(SessionError::Corrupt);
         }
+        let user_messages = file
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .count() as u64;
         Ok(Session {
             id: id.to_owned(),
+            turns: file.turns.max(user_messages),
             messages: file.messages,
         })
     }
@@ -238,6 +252,7 @@ impl SessionStore {
                 version: FILE_VERSION,
                 session_id: session.id.clone(),
                 messages: std::mem::take(&mut session.messages),
+                turns: session.turns,
             };
             let bytes = serde_json::to_vec(&file).map_err(|e| SessionError::Io(e.into()));
             session.messages = file.messages;
@@ -391,9 +406,11 @@ mod tests {
             assert_eq!(store.load(id).expect("empty").messages, vec![]);
             let mut session = Session {
                 id: id.to_owned(),
+                turns: 7,
                 messages: vec![message(Role::User, "hi"), message(Role::Assistant, "hello")],
             };
             store.save(&mut session).expect("saved");
+            // The turn count is kept even when it exceeds the messages left in the bounded history.
             assert_eq!(store.load(id).expect("loaded"), session);
         }
         #[cfg(unix)]
@@ -418,6 +435,7 @@ mod tests {
         let store = store(tmp.path(), SessionLimits::default());
         let mut session = Session {
             id: "one".into(),
+            turns: 0,
             messages: vec![],
         };
         store.save(&mut session).expect("saved");
@@ -443,6 +461,7 @@ mod tests {
         fs::set_permissions(&store.dir, fs::Permissions::from_mode(0o755)).expect("chmod");
         let mut session = Session {
             id: "x".into(),
+            turns: 0,
             messages: vec![],
         };
         assert_eq!(
@@ -465,6 +484,7 @@ mod tests {
                 .collect();
             let mut session = Session {
                 id: format!("s{count}"),
+                turns: 0,
                 messages: messages.clone(),
             };
             store.save(&mut session).expect("saved");
@@ -484,6 +504,7 @@ mod tests {
             version: FILE_VERSION,
             session_id: "s".into(),
             messages: messages.clone(),
+            turns: 0,
         })
         .expect("json")
         .len();
@@ -497,6 +518,7 @@ mod tests {
             );
             let mut session = Session {
                 id: "s".into(),
+                turns: 0,
                 messages: messages.clone(),
             };
             store.save(&mut session).expect("saved");

@@ -643,3 +643,341 @@ async fn images_reach_the_provider_for_their_turn_and_history_keeps_a_placeholde
     );
     assert_eq!(agent.exit_code().await, Some(0));
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// Managed tasks against a scripted control plane (the real one is exercised by awp-host's managed_tasks tests).
+
+const CONTROL_PLANE_KEY: &str = "cp-key-0123456789abcdef";
+
+/// One request the control plane received: the head and the raw body.
+struct CpRequest {
+    head: String,
+    body: String,
+}
+
+/// Answers each connection with the next reply (the last one repeats); with `close_after`, stops listening after
+/// that many connections (later connections are refused).
+async fn control_plane(
+    replies: Vec<(u16, Value)>,
+    close_after: Option<usize>,
+) -> (String, mpsc::UnboundedReceiver<CpRequest>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut served = 0usize;
+        while close_after.is_none_or(|n| served < n) {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let (status, body) = replies
+                .get(served)
+                .or(replies.last())
+                .cloned()
+                .expect("a reply");
+            served += 1;
+            let mut buf = Vec::new();
+            let head_end = loop {
+                let mut chunk = [0u8; 4096];
+                let n = socket.read(&mut chunk).await.expect("read");
+                if n == 0 {
+                    break None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(pos + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            while buf.len() < head_end + length {
+                let mut chunk = [0u8; 4096];
+                let n = socket.read(&mut chunk).await.expect("read body");
+                assert!(n > 0, "client closed before the request body");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body_text = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+            let _ = tx.send(CpRequest {
+                head,
+                body: body_text,
+            });
+            let text = body.to_string();
+            let response = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        }
+    });
+    (format!("http://{address}"), rx)
+}
+
+fn task_json(status: &str) -> Value {
+    json!({"id":"task_00000000000000aa","status":status,"argv":["echo","hi"],"exit_code":null,"signal":null,
+           "stdout":"","stderr":"","stdout_truncated":false,"stderr_truncated":false,"error":null})
+}
+
+fn managed_env(dir: &Path, control_plane: &str) -> Vec<(&'static str, String)> {
+    let mut env = session_env(dir).to_vec();
+    env.push(("AWP_AGENT_MANAGED_TASKS_OPT_IN", "1".to_owned()));
+    env.push(("AWP_CONTROL_PLANE_URL", control_plane.to_owned()));
+    env.push(("AWP_CONTROL_PLANE_API_KEY", CONTROL_PLANE_KEY.to_owned()));
+    env
+}
+
+#[tokio::test]
+async fn openai_tool_calls_run_a_managed_task_and_the_result_goes_back_to_the_provider() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut done = task_json("succeeded");
+    done["exit_code"] = json!(0);
+    done["stdout"] = json!("hi\n");
+    let (cp, mut cp_requests) = control_plane(vec![(201, done)], None).await;
+    let call = |delta: Value| json!({"choices":[{"index":0,"delta":{"tool_calls":[delta]}}]});
+    let tool_reply = Reply {
+        status: 200,
+        content_type: "text/event-stream",
+        body: sse(&[
+            call(
+                json!({"index":0,"id":"call_x","type":"function","function":{"name":"awp_run_managed_task","arguments":""}}),
+            ),
+            call(json!({"index":0,"function":{"arguments":"{\"argv\":[\"echo\","}})),
+            call(json!({"index":0,"function":{"arguments":"\"hi\"]}"}})),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+            json!({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}),
+        ]),
+    };
+    let (base, mut requests) =
+        provider_server(vec![tool_reply, sse_reply(&["It printed hi."], (5, 1))]).await;
+    let mut env = managed_env(tmp.path(), &cp);
+    env.extend(provider_env(tmp.path(), &base).into_iter().skip(1));
+    let mut agent = Agent::spawn(&["--model", "gpt-test"], &env_refs(&env));
+    let events = agent.turn(&user_line("run echo hi")).await;
+    assert_eq!(events[0]["tools"], json!(["awp_run_managed_task"]));
+    assert_eq!(events[1]["type"], "assistant");
+    assert_eq!(
+        events[1]["message"]["content"][0],
+        json!({"type":"tool_use","id":"call_x","name":"awp_run_managed_task","input":{"argv":["echo","hi"]}})
+    );
+    assert_eq!(events[2]["type"], "user");
+    let tool_result = &events[2]["message"]["content"][0];
+    assert_eq!(tool_result["tool_use_id"], "call_x");
+    assert_eq!(tool_result["is_error"], false);
+    let result = check_turn(&events[3..], false, "It printed hi.");
+    assert_eq!(
+        result["usage"],
+        json!({"input_tokens": 8, "output_tokens": 3})
+    );
+    assert_eq!(result["num_turns"], 2);
+
+    let first = requests.recv().await.expect("first provider request");
+    assert_eq!(first.body["tools"][0]["type"], "function");
+    assert_eq!(
+        first.body["tools"][0]["function"]["name"],
+        "awp_run_managed_task"
+    );
+    let second = requests.recv().await.expect("second provider request");
+    let messages = second.body["messages"].as_array().expect("messages");
+    let n = messages.len();
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert_eq!(messages[n - 2]["tool_calls"][0]["id"], "call_x");
+    assert_eq!(
+        messages[n - 2]["tool_calls"][0]["function"]["arguments"],
+        r#"{"argv":["echo","hi"]}"#
+    );
+    assert_eq!(messages[n - 1]["role"], "tool");
+    assert_eq!(messages[n - 1]["tool_call_id"], "call_x");
+    let content: Value =
+        serde_json::from_str(messages[n - 1]["content"].as_str().expect("content")).expect("json");
+    assert_eq!(content["status"], "succeeded");
+    assert_eq!(content["stdout"], "hi\n");
+    assert_eq!(content["task_id"], "task_00000000000000aa");
+
+    let submitted = cp_requests.recv().await.expect("submission");
+    let head = submitted.head.to_ascii_lowercase();
+    assert!(head.starts_with("post /v1/tasks http/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!(
+        "authorization: bearer {}\r\n",
+        CONTROL_PLANE_KEY.to_ascii_lowercase()
+    )));
+    assert!(head.contains("idempotency-key: awp-agent:"), "{head}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&submitted.body).expect("json"),
+        json!({"argv":["echo","hi"],"timeout_seconds":60})
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_wait_that_runs_out_says_the_task_may_still_be_running() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (cp, _requests) = control_plane(vec![(201, task_json("running"))], None).await;
+    let env = managed_env(tmp.path(), &cp);
+    let mut agent = Agent::spawn(&[], &env_refs(&env));
+    let events = agent
+        .turn(&user_line(
+            r#"run-task: {"argv":["sleep","600"],"timeout_seconds":1}"#,
+        ))
+        .await;
+    let result = events.last().expect("result");
+    assert_eq!(result["subtype"], "success", "{result}");
+    let text = result["result"].as_str().expect("text");
+    assert!(
+        text.contains("task_00000000000000aa wait_timed_out"),
+        "{text}"
+    );
+    assert!(text.contains("may still be running"), "{text}");
+    assert!(text.contains("not cancelled"), "{text}");
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_lost_control_plane_after_submission_leaves_the_outcome_unknown() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (cp, _requests) = control_plane(vec![(201, task_json("queued"))], Some(1)).await;
+    let env = managed_env(tmp.path(), &cp);
+    let mut agent = Agent::spawn(&[], &env_refs(&env));
+    let events = agent.turn(&user_line(r#"run-task: ["echo","hi"]"#)).await;
+    let text = events.last().expect("result")["result"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    assert!(text.contains("outcome_unknown"), "{text}");
+    assert!(text.contains("its outcome is unknown"), "{text}");
+    assert_eq!(agent.exit_code().await, Some(0));
+
+    // Refused before anything was submitted: the control plane's stable code reaches the model.
+    let (cp, _requests) = control_plane(
+        vec![(
+            409,
+            json!({"error":{"code":"idempotency_key_conflict","message":"x"}}),
+        )],
+        None,
+    )
+    .await;
+    let env = managed_env(tmp.path(), &cp);
+    let mut agent = Agent::spawn(&[], &env_refs(&env));
+    let events = agent.turn(&user_line(r#"run-task: ["echo","hi"]"#)).await;
+    let text = events.last().expect("result")["result"]
+        .as_str()
+        .expect("text");
+    assert_eq!(
+        text,
+        "Managed task not_submitted, error idempotency_key_conflict."
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn insecure_control_plane_urls_are_startup_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (url, opt_in, code) in [
+        (
+            "http://198.51.100.7:8100",
+            false,
+            "control_plane_url_rejected",
+        ),
+        (
+            "http://198.51.100.7:8100",
+            true,
+            "control_plane_url_rejected",
+        ),
+        (
+            "https://cp.example.com",
+            false,
+            "control_plane_remote_not_allowed",
+        ),
+        (
+            "http://127.0.0.1:8100/v1",
+            false,
+            "control_plane_url_invalid",
+        ),
+    ] {
+        let mut env = managed_env(tmp.path(), url);
+        if opt_in {
+            env.push(("AWP_AGENT_REMOTE_API_OPT_IN", "1".to_owned()));
+        }
+        let mut agent = Agent::spawn(&[], &env_refs(&env));
+        let line = agent.next().await.expect("startup error");
+        assert_eq!(
+            (line["subtype"].as_str(), line["result"].as_str()),
+            (Some("startup_error"), Some(code)),
+            "{url}"
+        );
+        assert_eq!(agent.exit_code().await, Some(1));
+    }
+}
+
+/// An SSE reply with `n` complete calls of the managed-task tool.
+fn tool_calls_reply(n: usize) -> Reply {
+    let calls: Vec<Value> = (0..n)
+        .map(|i| json!({"index":i,"id":format!("call_{i}"),"type":"function","function":{"name":"awp_run_managed_task","arguments":"{\"argv\":[\"true\"]}"}}))
+        .collect();
+    Reply {
+        status: 200,
+        content_type: "text/event-stream",
+        body: sse(&[
+            json!({"choices":[{"index":0,"delta":{"tool_calls":calls}}]}),
+            json!({"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}),
+        ]),
+    }
+}
+
+#[tokio::test]
+async fn tool_calls_per_turn_are_bounded_at_the_limit_and_one_past_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut done = task_json("succeeded");
+    done["exit_code"] = json!(0);
+    let (cp, mut cp_requests) = control_plane(vec![(201, done)], None).await;
+    let (base, _requests) = provider_server(vec![
+        tool_calls_reply(4),
+        sse_reply(&["four ran"], (1, 1)),
+        tool_calls_reply(5),
+    ])
+    .await;
+    let mut env = managed_env(tmp.path(), &cp);
+    env.extend(provider_env(tmp.path(), &base).into_iter().skip(1));
+    let mut agent = Agent::spawn(&["--model", "m"], &env_refs(&env));
+    let events = agent.turn(&user_line("run four")).await;
+    let result = events.last().expect("result");
+    assert_eq!(
+        (result["subtype"].as_str(), result["result"].as_str()),
+        (Some("success"), Some("four ran"))
+    );
+    for _ in 0..4 {
+        cp_requests.recv().await.expect("a submission per call");
+    }
+    let events = agent.turn(&user_line("run five")).await;
+    let result = events.last().expect("result");
+    assert_eq!(result["result"], "managed_tool_call_limit", "{result}");
+    assert!(
+        cp_requests.try_recv().is_err(),
+        "nothing is submitted past the limit"
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn a_tool_call_without_managed_tasks_fails_the_turn() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (base, mut requests) = provider_server(vec![tool_calls_reply(1)]).await;
+    let env = provider_env(tmp.path(), &base);
+    let mut agent = Agent::spawn(&["--model", "m"], &env_refs(&env));
+    let events = agent.turn(&user_line("hi")).await;
+    assert_eq!(events[0]["tools"], json!([]), "chat-only");
+    assert_eq!(
+        events.last().expect("result")["result"],
+        "provider_requested_unavailable_tool"
+    );
+    let request = requests.recv().await.expect("request");
+    assert!(request.body.get("tools").is_none(), "no tools offered");
+    assert_eq!(agent.exit_code().await, Some(0));
+}

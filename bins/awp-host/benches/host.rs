@@ -136,6 +136,7 @@ async fn timed_turn(store: &mut Store, agent: &AgentSpec, options: &TurnOptions)
         model: None,
         prompt: "hi".into(),
         attachments: Vec::new(),
+        title: None,
     };
     let t = Instant::now();
     let report = run_turn(
@@ -258,6 +259,7 @@ async fn resident_memory(out: &mut String, tmp: &Path) {
                     model: None,
                     prompt: &prompt,
                     resumed_session_id: None,
+                    title: None,
                 })
                 .unwrap();
             store.record_session_id(&guard, &format!("s-{i}")).unwrap();

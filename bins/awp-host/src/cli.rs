@@ -12,10 +12,12 @@ Examples:
   echo \"summarize\" | awp-host chat --attach notes.txt --jsonl
   awp-host threads list
   awp-host agents list --json
+  awp-host serve                          the local control plane for `deepchat` (see `awp-host serve --help`)
 
 Exit codes: 0 ok, 2 usage, 3 agent unavailable or thread busy, 6 turn failed, 7 cancelled or timed out,
 8 protocol violation or internal error, 130 second Ctrl-C/SIGTERM/SIGHUP (the agent was killed).
-Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter).";
+Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter),
+AWP_CONTROL_PLANE_API_KEY (serve's task API key).";
 
 /// Headless AWP host: chat with agent CLIs, persisted threads, resumable sessions.
 #[derive(Debug, Parser)]
@@ -49,6 +51,56 @@ pub enum Command {
     /// Check an agent CLI against the AWP protocol rules (a scripted two-turn conversation plus a resume).
     #[command(after_help = CHECK_EXAMPLES)]
     Check(CheckArgs),
+    /// List and call the tools an app bundle declares (`.agentproto/tools` and `.agentproto/drivers`).
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Serve the local control plane (the `deepchat` CLI's Unix socket) until SIGINT or SIGTERM, with an
+    /// approvals console on this terminal; optionally the managed-task API (--tasks-listen).
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
+}
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  awp-host serve                                   local control plane + approvals console on this terminal
+  deepchat system status                           (in another terminal) talk to it
+  deepchat agent run --agent awp-agent --prompt hi  a detached run; `deepchat run watch --run ID` follows it
+  awp-host serve --approvals-socket /run/user/1000/awp-approver.sock --console off
+  AWP_CONTROL_PLANE_API_KEY=$(openssl rand -hex 32) \\
+    awp-host serve --tasks-listen 127.0.0.1:8100 --tasks-allow /usr/bin/echo
+
+Local control plane: a Unix socket and descriptor under <data dir>/local-control/ (DeepChat's layout:
+local-control.json, token rotated every start). `deepchat` finds it through the same data dir.
+Approvals: sensitive mutations (e.g. settings.updatePublic of an execution setting) wait for an answer on the
+approvals console (y = allow, anything else = deny) or from the program on --approvals-socket; with neither they
+are denied at once (approval_denied, deepchat exit 5).
+The first stdout line is `awp-host: local control listening on PATH`; with --tasks-listen a second line says
+`awp-host: tasks api listening on http://ADDR` (port 0 picks a free port). The task API key is
+AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes); tasks run only executables on the allow-list.
+Shutdown (SIGINT/SIGTERM): stop accepting, end open streams with `unavailable`, cancel live runs (recorded
+cancelled), deny pending approvals, remove socket and descriptor.
+Exit codes: 0 stopped by a signal, 2 usage, 3 another serve already runs for this data directory, 8 failure.";
+
+/// `serve` arguments.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Also serve the managed-task API on this loopback address, e.g. 127.0.0.1:8100 (port 0 picks a free port)
+    #[arg(long, value_name = "ADDR")]
+    pub tasks_listen: Option<std::net::SocketAddr>,
+    /// An executable tasks may run (repeatable); resolved to its canonical path at start. Without any, every task
+    /// fails with executable_not_allowed
+    #[arg(long = "tasks-allow", value_name = "PATH", requires = "tasks_listen")]
+    pub tasks_allow: Vec<PathBuf>,
+    /// Tasks run at once
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = parse_limit)]
+    pub tasks_workers: usize,
+    /// Open a second Unix socket for a trusted approver program (its token is written to PATH.token, 0600)
+    #[arg(long, value_name = "PATH")]
+    pub approvals_socket: Option<PathBuf>,
+    /// The approvals console on this terminal: auto (when stdin and stderr are terminals), on (read answers from
+    /// stdin even when it is not a terminal), off
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub console: String,
 }
 
 const CHAT_EXAMPLES: &str = "\
@@ -197,4 +249,50 @@ fn parse_limit(text: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+const TOOLS_CALL_EXAMPLES: &str = "\
+Examples:
+  awp-host tools call echo --input '{\"msg\":\"hello\"}'
+  awp-host tools call notes-list --input '{}' --app fixtures/tool-app --json
+  echo '{\"name\":\"Ada\"}' | awp-host tools call greet --input -
+
+Runs the tool exactly as an agent would: input checked against the tool's schema, secrets from this
+environment (auth.state.env), the driver's binary with no shell in its own process group.
+Exit codes: 0 ok, 2 usage (bad --input, unknown tool, input_invalid, invalid manifest), 3 tool unavailable
+(spawn_failed, no_driver, missing_secret), 6 the tool failed (its exit code's semantic error or
+output_parse_failed), 7 timeout or cancelled (Ctrl-C, SIGTERM, SIGHUP), 8 internal.";
+
+/// `tools` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the app's tools with the driver that runs each.
+    List {
+        /// App bundle root (the directory holding `.agentproto/`) [default: the current directory]
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        app: PathBuf,
+        /// Print one JSON object (`{"app","tools":[…],"drivers":[…]}`, or `{"error":{…}}`)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool with a JSON input and print its output.
+    #[command(after_help = TOOLS_CALL_EXAMPLES)]
+    Call(ToolsCallArgs),
+}
+
+/// `tools call` arguments.
+#[derive(Debug, Args)]
+pub struct ToolsCallArgs {
+    /// Tool id (see `awp-host tools list`)
+    #[arg(value_name = "TOOL")]
+    pub tool: String,
+    /// The input: a JSON document, or `-` to read it from stdin (1 MiB max)
+    #[arg(long, value_name = "JSON|-")]
+    pub input: String,
+    /// App bundle root (the directory holding `.agentproto/`) [default: the current directory]
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub app: PathBuf,
+    /// Print one JSON object: `{"ok":true,"output":…}` or `{"ok":false,"error":{"code","message",…}}`
+    #[arg(long)]
+    pub json: bool,
 }

@@ -36,6 +36,10 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
             agents_list(cli.config_dir.as_deref(), json)
         }
         Command::Check(args) => check(args).await,
+        Command::Tools(cmd) => crate::tools::run(cmd).await,
+        Command::Serve(args) => {
+            crate::serve::serve(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
+        }
     }
 }
 
@@ -60,7 +64,7 @@ fn store_failure(e: &StoreError) -> Failure {
     Failure::from_error(exit, e.code(), e)
 }
 
-fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
+pub(crate) fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
     let dir = paths::config_dir(flag, &env_lookup)
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let exe_dir = std::env::current_exe()
@@ -245,6 +249,7 @@ async fn chat(
         model: args.model.clone(),
         prompt,
         attachments,
+        title: None,
     };
     let stdout = std::io::stdout();
     let mut renderer = Renderer::new(format, stdout.lock());
@@ -316,7 +321,7 @@ fn format_ms(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn print_out(text: &str) -> Result<(), Failure> {
+pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
@@ -423,13 +428,13 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
 }
 
 /// A single-line field for human output (controls, bidi overrides and line separators escaped).
-fn line(text: &str) -> String {
+pub(crate) fn line(text: &str) -> String {
     escape_controls(text, true).into_owned()
 }
 
 /// Rows as columns separated by two spaces, each as wide as its widest cell (in characters; the last column is
 /// not padded); `right[i]` right-aligns column `i`.
-fn table<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> String {
+pub(crate) fn table<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

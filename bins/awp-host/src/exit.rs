@@ -53,6 +53,31 @@ impl Exit {
             _ => Exit::TurnFailed,
         }
     }
+
+    /// Exit status for `tools call` / `tools list` ending with failure code `code` (an
+    /// `agentwire_cli_driver::ErrorCode`, a load error code, or this binary's own usage codes): the same table
+    /// as `chat`, read for a tool instead of an agent.
+    pub fn for_tool_code(code: &str) -> Exit {
+        match code {
+            "spawn_failed" | "no_driver" | "missing_secret" => Exit::AgentUnavailable,
+            "timeout" | "cancelled" => Exit::Cancelled,
+            "internal" => Exit::Protocol,
+            "tool_not_found"
+            | "input_invalid"
+            | "argv_too_large"
+            | "input_not_json"
+            | "input_too_large"
+            | "input_unreadable"
+            | "io_error"
+            | "manifest_too_large"
+            | "front_matter_missing"
+            | "manifest_invalid"
+            | "cwd_outside_app"
+            | "duplicate_id"
+            | "unknown_tool" => Exit::Usage,
+            _ => Exit::TurnFailed,
+        }
+    }
 }
 
 impl From<Exit> for ExitCode {
@@ -83,6 +108,34 @@ mod tests {
         check("invalid_response", 8);
         check("refusal", 6);
         check("max_tokens", 6);
+    }
+
+    #[test]
+    fn tool_codes_map_to_the_documented_exit_statuses() {
+        let table = [
+            ("input_invalid", 2),
+            ("tool_not_found", 2),
+            ("input_not_json", 2),
+            ("manifest_invalid", 2),
+            ("cwd_outside_app", 2),
+            ("argv_too_large", 2),
+            ("spawn_failed", 3),
+            ("no_driver", 3),
+            ("missing_secret", 3),
+            ("upstream_error", 6),
+            ("auth_required", 6),
+            ("usage_error", 6),
+            ("not_found", 6),
+            ("rate_limited", 6),
+            ("killed", 6),
+            ("output_parse_failed", 6),
+            ("timeout", 7),
+            ("cancelled", 7),
+            ("internal", 8),
+        ];
+        for (code, expect) in table {
+            assert_eq!(Exit::for_tool_code(code).code(), expect, "{code}");
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@ mod cli;
 mod commands;
 mod exit;
 mod render;
+mod serve;
+mod tools;
 
 use std::process::ExitCode;
 

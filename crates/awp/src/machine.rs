@@ -40,7 +40,13 @@
 //!   a complete `assistant` line is suppressed when a `content_block_start`/`content_block_delta` of a streamed
 //!   message with the same `message.id` arrived in this turn (the id is forgotten when a new `message_start`
 //!   reuses it; ids repeat across turns: `msg_1` in both turns of the recording). This holds for text, thinking
-//!   and tool use alike, so a tool use is never emitted twice. Messages without an id are never suppressed.
+//!   and tool use alike, so a tool use is never emitted twice.
+//!   Agents other than Claude Code that claim stream-json compatibility stream deltas without a `message_start`
+//!   id, then send the complete `assistant` message: duplicates are then decided by what was streamed in this
+//!   turn. Text (and thinking) streamed outside an identified message since the last complete `assistant` line is
+//!   remembered (up to [`Limits::max_line_bytes`]); a complete message whose text equals it is suppressed, one that
+//!   extends it emits only the part not yet streamed, and a tool use whose id was already streamed is not emitted
+//!   again. A complete message that shares nothing with the stream is rendered as usual.
 //! - Each stdout line is counted in at most one of: too long, before input, outside turn, malformed, unknown.
 
 use std::collections::{HashMap, VecDeque};
@@ -205,10 +211,50 @@ enum OpenBlock {
     Other,
 }
 
+/// Text streamed outside an identified message and not yet matched by a complete `assistant` line.
+#[derive(Debug, Default)]
+struct Unconfirmed {
+    text: String,
+    thinking: String,
+    /// More was streamed than [`Limits::max_line_bytes`]: no complete line could repeat it.
+    overflow: bool,
+}
+
+impl Unconfirmed {
+    fn push(buffer: &mut String, overflow: &mut bool, part: &str, max: usize) {
+        if buffer.len().saturating_add(part.len()) > max {
+            *overflow = true;
+        } else {
+            buffer.push_str(part);
+        }
+    }
+
+    /// What of the complete `full` text still has to be emitted, given `streamed` (consumed).
+    fn remainder(streamed: &mut String, overflow: bool, full: String) -> Option<String> {
+        let streamed = std::mem::take(streamed);
+        if overflow || streamed.is_empty() && full.is_empty() {
+            return None;
+        }
+        if streamed.is_empty() {
+            return Some(full);
+        }
+        if full == streamed || streamed.starts_with(&full) {
+            return None;
+        }
+        match full.strip_prefix(&streamed) {
+            Some(rest) => Some(rest.to_owned()),
+            // Nothing in common with the stream: a separate message.
+            None => Some(full),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Turn {
     last_activity: Instant,
     streamed_ids: VecDeque<String>,
+    unconfirmed: Unconfirmed,
+    streamed_tool_ids: VecDeque<String>,
     current_message_id: Option<String>,
     blocks: HashMap<u64, OpenBlock>,
     last_stop_reason: Option<String>,
@@ -222,6 +268,8 @@ impl Turn {
         Self {
             last_activity: now,
             streamed_ids: VecDeque::new(),
+            unconfirmed: Unconfirmed::default(),
+            streamed_tool_ids: VecDeque::new(),
             current_message_id: None,
             blocks: HashMap::new(),
             last_stop_reason: None,
@@ -640,19 +688,42 @@ impl TurnMachine {
             self.counters.duplicate_messages_suppressed += 1;
             return;
         }
+        let Some(turn) = self.turn() else {
+            return;
+        };
+        // Decide by what was streamed without an id in this turn (see the module docs, "Dedup").
+        let mut unconfirmed = std::mem::take(&mut turn.unconfirmed);
+        let streamed_tools = std::mem::take(&mut turn.streamed_tool_ids);
+        let (mut text, mut thinking) = (String::new(), String::new());
+        let mut out = Vec::new();
         for block in content {
             match block {
-                MessageBlock::Text(text) if !text.is_empty() => {
-                    self.emit(NormalizedEvent::TextDelta { text })
-                }
-                MessageBlock::Thinking(text) if !text.is_empty() => {
-                    self.emit(NormalizedEvent::ThinkingDelta { text });
-                }
-                MessageBlock::ToolUse { id, name, input } => {
-                    self.emit(NormalizedEvent::ToolUse { id, name, input })
+                MessageBlock::Text(part) => text.push_str(&part),
+                MessageBlock::Thinking(part) => thinking.push_str(&part),
+                MessageBlock::ToolUse { id, name, input } if !streamed_tools.contains(&id) => {
+                    out.push(NormalizedEvent::ToolUse { id, name, input });
                 }
                 _ => {}
             }
+        }
+        let was_streamed = !unconfirmed.text.is_empty()
+            || !unconfirmed.thinking.is_empty()
+            || unconfirmed.overflow
+            || !streamed_tools.is_empty();
+        let thinking =
+            Unconfirmed::remainder(&mut unconfirmed.thinking, unconfirmed.overflow, thinking);
+        let text = Unconfirmed::remainder(&mut unconfirmed.text, unconfirmed.overflow, text);
+        if was_streamed && text.is_none() && thinking.is_none() && out.is_empty() {
+            self.counters.duplicate_messages_suppressed += 1;
+        }
+        if let Some(thinking) = thinking.filter(|t| !t.is_empty()) {
+            self.emit(NormalizedEvent::ThinkingDelta { text: thinking });
+        }
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            self.emit(NormalizedEvent::TextDelta { text });
+        }
+        for event in out {
+            self.emit(event);
         }
     }
 
@@ -840,6 +911,29 @@ impl TurnMachine {
         }
         if unknown {
             self.counters.unknown_events += 1;
+        }
+        if let Some(turn) = self.turn() {
+            let max = limits.max_line_bytes;
+            let anonymous = turn.current_message_id.is_none();
+            for event in &out {
+                match event {
+                    NormalizedEvent::TextDelta { text } if anonymous => {
+                        let u = &mut turn.unconfirmed;
+                        Unconfirmed::push(&mut u.text, &mut u.overflow, text, max);
+                    }
+                    NormalizedEvent::ThinkingDelta { text } if anonymous => {
+                        let u = &mut turn.unconfirmed;
+                        Unconfirmed::push(&mut u.thinking, &mut u.overflow, text, max);
+                    }
+                    NormalizedEvent::ToolUse { id, .. } => {
+                        if turn.streamed_tool_ids.len() == REMEMBERED_STREAMED_IDS {
+                            turn.streamed_tool_ids.pop_front();
+                        }
+                        turn.streamed_tool_ids.push_back(id.clone());
+                    }
+                    _ => {}
+                }
+            }
         }
         for (kind, detail) in notices {
             self.notice(kind, detail);
@@ -1041,6 +1135,80 @@ mod tests {
             awp(),
             &[Input, Input, Line(OK)],
             &["rejected:turn_in_progress", DONE_OK],
+        );
+    }
+
+    /// A stream-json `stream_event` text delta of block 0, outside any identified message.
+    const ANON_DELTA_HEL: &str = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}}"#;
+    const ANON_DELTA_LO: &str = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}}"#;
+
+    #[test]
+    fn stream_json_text_streamed_without_a_message_id_is_rendered_once() {
+        check(
+            stream_json(),
+            &[
+                Input,
+                Line(ANON_DELTA_HEL),
+                Line(ANON_DELTA_LO),
+                Line(
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Hello"}]}}"#,
+                ),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"text_delta","text":"Hel"}"#,
+                r#"{"type":"text_delta","text":"lo"}"#,
+                DONE_OK,
+            ],
+        );
+    }
+
+    #[test]
+    fn stream_json_complete_message_extending_an_id_less_stream_emits_only_the_rest() {
+        check(
+            stream_json(),
+            &[
+                Input,
+                Line(ANON_DELTA_HEL),
+                Line(
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Hello"}]}}"#,
+                ),
+                Line(
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Second"}]}}"#,
+                ),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"text_delta","text":"Hel"}"#,
+                r#"{"type":"text_delta","text":"lo"}"#,
+                r#"{"type":"text_delta","text":"Second"}"#,
+                DONE_OK,
+            ],
+        );
+    }
+
+    #[test]
+    fn stream_json_tool_use_streamed_without_a_message_id_is_emitted_once() {
+        check(
+            stream_json(),
+            &[
+                Input,
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t1","name":"Bash","input":{}}}}"#,
+                ),
+                Line(
+                    r#"{"type":"stream_event","event":{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"c\":1}"}}}"#,
+                ),
+                Line(r#"{"type":"stream_event","event":{"type":"content_block_stop","index":1}}"#),
+                Line(
+                    r#"{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"c":1}}]}}"#,
+                ),
+                Line(OK),
+            ],
+            &[
+                r#"{"type":"tool_use","id":"t1","name":"Bash","input":{"c":1}}"#,
+                DONE_OK,
+            ],
         );
     }
 

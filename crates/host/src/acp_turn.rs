@@ -30,7 +30,8 @@ use agentwire_acp::schema::{
     ToolCallStatus,
 };
 use agentwire_acp::{
-    AcpError, Canceller, Client, ClientBuilder, PermissionHandler, RootedFs, TurnEvent, Update,
+    AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs,
+    TurnEvent, Update,
 };
 use agentwire_awp::{
     ContentBlock, LaunchPlan, NormalizedEvent, SessionId, TurnOutcome, TurnStatus, codes,
@@ -344,6 +345,7 @@ pub(crate) struct AcpRunner {
     prompt: Option<oneshot::Sender<PromptRequest>>,
     events: mpsc::Receiver<NormalizedEvent>,
     idle_timeout: Option<Duration>,
+    max_line_bytes: usize,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -374,6 +376,7 @@ impl AcpRunner {
     /// `(code, detail)`: `spawn_failed`, or the [`error_status`] code of the failed request.
     pub(crate) async fn start(
         plan: &LaunchPlan,
+        max_line_bytes: usize,
         resume: Option<&SessionId>,
         cwd: Option<&Path>,
         idle_timeout: Option<Duration>,
@@ -402,7 +405,10 @@ impl AcpRunner {
             .inherit_os_env()
             .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(&cwd);
+        let mut config = ClientConfig::default();
+        config.rpc.max_line_bytes = max_line_bytes;
         let client = ClientBuilder::new()
+            .config(config)
             .permission_handler(Permissions(permissions))
             .fs_handler(fs)
             .spawn(&mut command)
@@ -527,6 +533,7 @@ impl AcpRunner {
             prompt: Some(prompt_tx),
             events: events_rx,
             idle_timeout,
+            max_line_bytes,
             task,
         })
     }
@@ -558,6 +565,27 @@ impl AcpRunner {
 
     /// The next event; `None` when the session task ended without an outcome.
     pub(crate) async fn next_event(&mut self) -> Option<NormalizedEvent> {
+        let event = self.next_event_inner().await;
+        // A message over the line limit was discarded by the connection (the agent broke the limit): the turn
+        // fails with the AWP code, whatever the agent answered after it.
+        match event {
+            Some(NormalizedEvent::TurnCompleted(mut outcome))
+                if self.client.stats().rpc.too_long_lines > 0 =>
+            {
+                outcome.status = TurnStatus::Failed {
+                    code: codes::STDOUT_LINE_TOO_LONG.to_owned(),
+                    detail: Some(format!(
+                        "a JSON-RPC message over {} bytes was discarded",
+                        self.max_line_bytes
+                    )),
+                };
+                Some(NormalizedEvent::TurnCompleted(outcome))
+            }
+            other => other,
+        }
+    }
+
+    async fn next_event_inner(&mut self) -> Option<NormalizedEvent> {
         let Some(idle) = self.idle_timeout else {
             return self.events.recv().await;
         };

@@ -15,6 +15,7 @@
 //! env = { ANTHROPIC_API_KEY = "sk-..." }
 //! model = "sonnet"
 //! remote_api_opt_in = false             # allow non-loopback http(s) URLs in args/env
+//! max_line_bytes = 4194304              # longest stdout line (JSON Lines / JSON-RPC message) accepted
 //! ```
 
 use std::collections::BTreeMap;
@@ -31,6 +32,10 @@ pub const CONFIG_FILE: &str = "agents.toml";
 pub const ENV_AGENT: &str = "env";
 /// Name of the bundled reference agent (`awp-agent` next to the `awp-host` executable).
 pub const BUNDLED_AGENT: &str = "awp-agent";
+/// Default of an agent's `max_line_bytes`: 4 MiB, the AWP contract's stdout line limit.
+pub const DEFAULT_MAX_LINE_BYTES: usize = agentwire_jsonl::DEFAULT_MAX_LINE_BYTES;
+/// Largest `max_line_bytes` an `agents.toml` entry may set: 256 MiB (a line is buffered whole in memory).
+pub const MAX_MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
 /// Maximum size of `agents.toml` in bytes (1 MiB); a larger file is [`ConfigError::TooLarge`].
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
@@ -105,6 +110,11 @@ pub struct AgentSpec {
     pub protocol: AgentProtocol,
     /// Launch configuration (for ACP agents: executable, args, env; protocol unused).
     pub launch: LaunchConfig,
+    /// Longest stdout line accepted from the agent, in bytes (without the newline): a JSON Lines event for
+    /// `awp-jsonl`/`stream-json` agents, a JSON-RPC message for ACP agents. Default [`DEFAULT_MAX_LINE_BYTES`]
+    /// (4 MiB), at most [`MAX_MAX_LINE_BYTES`]; `agents.toml` key `max_line_bytes`. A longer line fails the turn
+    /// with `stdout_line_too_long`, naming this setting.
+    pub max_line_bytes: usize,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -113,6 +123,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("name", &self.name)
             .field("protocol", &self.protocol)
             .field("launch", &self.launch)
+            .field("max_line_bytes", &self.max_line_bytes)
             .finish()
     }
 }
@@ -312,6 +323,7 @@ struct RawEntry {
     model: Option<String>,
     #[serde(default)]
     remote_api_opt_in: bool,
+    max_line_bytes: Option<u64>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -334,6 +346,7 @@ fn validated(
         name: name.to_owned(),
         protocol,
         launch,
+        max_line_bytes: DEFAULT_MAX_LINE_BYTES,
     })
 }
 
@@ -386,7 +399,20 @@ fn entry_from_table(table: toml::Table) -> AgentEntry {
         launch.protocol = protocol.awp().unwrap_or(Protocol::AwpJsonl);
         launch.default_model = raw.model.filter(|m| !m.is_empty());
         launch.remote_api_opt_in = raw.remote_api_opt_in;
-        validated(&name, protocol, launch, AgentSource::ConfigFile)
+        let max_line_bytes = match raw.max_line_bytes {
+            None => DEFAULT_MAX_LINE_BYTES,
+            Some(n) if n >= 1 && n <= MAX_MAX_LINE_BYTES as u64 => n as usize,
+            Some(n) => {
+                return Err(ConfigError::InvalidEntry {
+                    message: format!(
+                        "max_line_bytes = {n} is outside 1..={MAX_MAX_LINE_BYTES} bytes"
+                    ),
+                });
+            }
+        };
+        let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
+        spec.max_line_bytes = max_line_bytes;
+        Ok(spec)
     })();
     entry
 }
@@ -616,6 +642,39 @@ mod tests {
             })
             .collect();
         assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn max_line_bytes_defaults_to_4_mib_and_is_bounded_at_both_ends() {
+        let entry = |name: &str, n: Option<u64>| {
+            let key = n
+                .map(|n| format!("max_line_bytes = {n}\n"))
+                .unwrap_or_default();
+            format!(
+                "[[agents]]\nname = \"{name}\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n{key}"
+            )
+        };
+        let max = MAX_MAX_LINE_BYTES as u64;
+        let text = [
+            entry("default", None),
+            entry("one", Some(1)),
+            entry("top", Some(max)),
+            entry("zero", Some(0)),
+            entry("over", Some(max + 1)),
+        ]
+        .concat();
+        let s = setup(Some(&text));
+        let reg = load(&s, &[]).unwrap();
+        let spec = |name: &str| reg.resolve(Some(name)).map(|a| a.max_line_bytes).ok();
+        assert_eq!(spec("default"), Some(4 * 1024 * 1024));
+        assert_eq!(spec("one"), Some(1));
+        assert_eq!(spec("top"), Some(MAX_MAX_LINE_BYTES));
+        for bad in ["zero", "over"] {
+            let entry = reg.entries().iter().find(|e| e.name == bad).unwrap();
+            let err = entry.status.as_ref().expect_err("refused");
+            assert_eq!(err.code(), "agent_entry_invalid");
+            assert!(err.to_string().contains("max_line_bytes"), "{err}");
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Random, URL-safe, typeable identifiers for threads and runs (`th_` / `run_` + 16 lowercase hex digits).
+//! Random, URL-safe, typeable identifiers for threads, runs and managed tasks (`th_` / `run_` / `task_` + 16
+//! lowercase hex digits).
 
 use std::fmt;
 
@@ -106,6 +107,12 @@ id_type!(
     RunId,
     "run_",
     "run"
+);
+id_type!(
+    /// A managed task's id, e.g. `task_0a1b2c3d4e5f6071` (see [`crate::tasks`]).
+    TaskId,
+    "task_",
+    "task"
 );
 
 #[cfg(test)]

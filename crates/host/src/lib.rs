@@ -5,18 +5,22 @@
 //! crate either: the AWP wire contract lives in `agentwire-awp`. IO lives in [`store`] (SQLite files), [`paths`]
 //! (directory creation), [`attachments`] (reading attachment files), [`agents`] (reading `agents.toml`) and
 //! [`turn`] (the agent child process, through `agentwire-awp`'s session shell) and [`acp_turn`] (ACP agents, through
-//! `agentwire-acp`'s client).
+//! `agentwire-acp`'s client), and [`tasks`] (the managed-task API on a TCP listener, tasks in the store, workers
+//! spawning allow-listed programs through `agentwire-process`).
 
 pub mod acp_turn;
 pub mod agents;
 pub mod attachments;
+pub mod control;
+pub mod detached;
 pub mod ids;
 pub mod paths;
 pub mod store;
+pub mod tasks;
 pub mod turn;
 
 pub use agents::{AgentEntry, AgentError, AgentProtocol, AgentRegistry, AgentSpec, ConfigError};
 pub use attachments::{Attachment, AttachmentError, AttachmentLimits};
-pub use ids::{IdError, RunId, ThreadId};
+pub use ids::{IdError, RunId, TaskId, ThreadId};
 pub use store::{RunStatus, Store, StoreError};
 pub use turn::{TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn};

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -104,6 +104,12 @@ pub enum StoreError {
         /// Its live run.
         run: RunId,
     },
+    /// Another task server (`awp-host serve --tasks-listen`) holds this data directory's `tasks.lock`.
+    #[error("another task server is using this data directory")]
+    TasksBusy,
+    /// The blocking thread running a store call ended without an answer (a panic or a runtime shutdown).
+    #[error("the store call did not complete")]
+    Unavailable,
     /// A stored row holds a value this version cannot read.
     #[error("corrupt store row: {0}")]
     Corrupt(String),
@@ -121,13 +127,15 @@ impl StoreError {
             StoreError::SchemaTooNew { .. } => "store_schema_too_new",
             StoreError::ThreadNotFound(_) => "thread_not_found",
             StoreError::ThreadBusy { .. } => "thread_busy",
+            StoreError::TasksBusy => "tasks_busy",
+            StoreError::Unavailable => "store_unavailable",
             StoreError::Corrupt(_) => "store_corrupt",
             StoreError::Id(e) => e.code(),
         }
     }
 }
 
-fn db(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+pub(crate) fn db(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |e| StoreError::Database {
         operation,
         source: DatabaseError(e),
@@ -333,6 +341,9 @@ pub struct NewRun<'a> {
     pub prompt: &'a str,
     /// The session id the agent is resumed with, if any.
     pub resumed_session_id: Option<&'a str>,
+    /// Title of a new thread (bounded like a prompt title); `None` derives it from `prompt`. Ignored for an
+    /// existing thread.
+    pub title: Option<&'a str>,
 }
 
 /// A run in progress: holds the run's lock file until dropped or [`Store::finish_run`].
@@ -405,7 +416,7 @@ pub struct Store {
     recovered: Vec<RunId>,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -541,7 +552,35 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )
         .map_err(db("migrating to schema 1"))?;
     }
-    tx.commit().map_err(db("migrating to schema 1"))?;
+    if version < 2 {
+        // Managed tasks (crate::tasks): one row per accepted task, durable before the API answers 201.
+        tx.execute_batch(
+            "CREATE TABLE tasks (
+                id TEXT PRIMARY KEY NOT NULL,
+                idempotency_key TEXT NOT NULL UNIQUE,
+                request_sha256 TEXT NOT NULL,
+                argv_json TEXT NOT NULL,
+                timeout_seconds INTEGER NOT NULL,
+                status TEXT NOT NULL
+                    CHECK (status IN ('queued','running','succeeded','failed','timed_out','lost')),
+                exit_code INTEGER,
+                signal INTEGER,
+                stdout BLOB NOT NULL DEFAULT x'',
+                stderr BLOB NOT NULL DEFAULT x'',
+                stdout_truncated INTEGER NOT NULL DEFAULT 0,
+                stderr_truncated INTEGER NOT NULL DEFAULT 0,
+                error_code TEXT,
+                created_at_ms INTEGER NOT NULL,
+                started_at_ms INTEGER,
+                finished_at_ms INTEGER,
+                seq INTEGER NOT NULL
+            ) STRICT;
+            CREATE INDEX tasks_queue ON tasks(status, seq);
+            PRAGMA user_version = 2;",
+        )
+        .map_err(db("migrating to schema 2"))?;
+    }
+    tx.commit().map_err(db("migrating"))?;
     Ok(())
 }
 
@@ -670,6 +709,11 @@ impl Store {
         Ok(store)
     }
 
+    /// The connection, for the other tables of the same database ([`crate::tasks::TaskStore`]).
+    pub(crate) fn into_connection(self) -> Connection {
+        self.conn
+    }
+
     /// Runs this open found `running` with no live owner and marked `interrupted`.
     pub fn recovered_runs(&self) -> &[RunId] {
         &self.recovered
@@ -793,7 +837,7 @@ impl Store {
                 let id = guard.thread_id.clone();
                 tx.execute(
                     "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
-                    params![id.as_str(), agent, title_from_prompt(run.prompt, max_title), now],
+                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now],
                 )
                 .map_err(db("creating a thread"))?;
                 id
@@ -984,6 +1028,36 @@ impl Store {
             .map_err(db("listing threads"))?;
         let rows = stmt
             .query_map(params![to_i64(limit as u64)], thread_row)
+            .map_err(db("listing threads"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("listing threads"))?;
+        rows.into_iter().map(into_thread).collect()
+    }
+
+    /// Up to `limit` threads updated before `before` (`(updated_at_ms, id)`, exclusive; `None` = from the newest),
+    /// most recently updated first, only those of `agent` when given: a stable page for cursor paging.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`], [`StoreError::Corrupt`].
+    pub fn list_threads_page(
+        &self,
+        limit: usize,
+        before: Option<(i64, &str)>,
+        agent: Option<&str>,
+    ) -> Result<Vec<ThreadRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(THREAD_SELECT_PAGE)
+            .map_err(db("listing threads"))?;
+        let (before_at, before_id) = match before {
+            Some((at, id)) => (Some(at), Some(id)),
+            None => (None, None),
+        };
+        let rows = stmt
+            .query_map(
+                params![to_i64(limit as u64), before_at, before_id, agent],
+                thread_row,
+            )
             .map_err(db("listing threads"))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(db("listing threads"))?;
@@ -1197,6 +1271,11 @@ macro_rules! thread_select {
 const THREAD_SELECT_BY_ID: &str = thread_select!("WHERE t.id=?1");
 const THREAD_SELECT_RECENT: &str =
     thread_select!("ORDER BY t.updated_at_ms DESC, t.rowid DESC LIMIT ?1");
+const THREAD_SELECT_PAGE: &str = thread_select!(
+    "WHERE (?2 IS NULL OR t.updated_at_ms < ?2 OR (t.updated_at_ms = ?2 AND t.id < ?3))
+       AND (?4 IS NULL OR t.agent = ?4)
+     ORDER BY t.updated_at_ms DESC, t.id DESC LIMIT ?1"
+);
 
 type ThreadRow = (String, String, String, Option<String>, i64, i64, i64);
 
@@ -1248,6 +1327,7 @@ mod tests {
             model: Some("m1"),
             prompt,
             resumed_session_id: resume,
+            title: None,
         }
     }
 
@@ -1518,6 +1598,35 @@ mod tests {
         };
         check("full", Synchronous::Full, 2);
         check("normal", Synchronous::Normal, 1);
+    }
+
+    #[test]
+    fn a_schema_1_database_gains_the_tasks_table_and_keeps_its_threads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let thread = {
+            let mut store = open(tmp.path());
+            let run = store.begin_run(new_run(new_thread(), "old", None)).unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            thread
+        };
+        // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch("DROP TABLE tasks; PRAGMA user_version = 1;")
+            .unwrap();
+        drop(conn);
+        let store = open(tmp.path());
+        let version: u32 = store
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 2);
+        let tasks: i64 = store
+            .conn
+            .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tasks, 0);
+        assert_eq!(store.thread_detail(&thread).unwrap().thread.title, "old");
     }
 
     #[test]

@@ -46,6 +46,26 @@ pub struct TurnOptions {
     /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with detail [`ABORTED`].
     /// Default `None` (never aborts).
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Called once, right after the run (and the user message) were committed and before the agent is started,
+    /// with the thread and run ids: a detached caller returns the durable run id from here. The variables it
+    /// returns are added to the agent's environment for this launch (e.g. a run-scoped `DEEPCHAT_CLI_AGENT_TOKEN`
+    /// and a `PATH` with the `deepchat` binary's directory first); they win over the agent's configured ones.
+    /// Default `None`.
+    pub on_run_recorded: Option<RunRecordedHook>,
+}
+
+/// See [`TurnOptions::on_run_recorded`]: called with the thread and run ids of the recorded run; returns
+/// environment variables to add to the agent's launch.
+#[derive(Clone)]
+pub struct RunRecordedHook(pub std::sync::Arc<RunRecordedFn>);
+
+/// The function inside a [`RunRecordedHook`].
+pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) -> Vec<(String, String)> + Send + Sync;
+
+impl std::fmt::Debug for RunRecordedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RunRecordedHook(..)")
+    }
 }
 
 /// `AgentSession::send_turn` code of a failed stdin write (reported as `agent_exited_mid_turn`).
@@ -83,6 +103,7 @@ impl Default for TurnOptions {
             max_tool_summary_chars: 120,
             acp_permissions: AcpPermissions::default(),
             abort: None,
+            on_run_recorded: None,
         }
     }
 }
@@ -98,6 +119,8 @@ pub struct TurnRequest {
     pub prompt: String,
     /// Attachments, sent after the prompt's text block.
     pub attachments: Vec<Attachment>,
+    /// Title of a new thread; `None` derives it from the prompt's first line.
+    pub title: Option<String>,
 }
 
 /// Why a turn could not start; no run was recorded.
@@ -202,14 +225,15 @@ enum AgentRunner {
 
 impl AgentRunner {
     async fn start(
-        protocol: AgentProtocol,
+        agent: &AgentSpec,
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         options: &TurnOptions,
     ) -> Result<Self, (String, String)> {
-        if protocol == AgentProtocol::Acp {
+        if agent.protocol == AgentProtocol::Acp {
             return AcpRunner::start(
                 plan,
+                agent.max_line_bytes,
                 resume.as_ref(),
                 options.cwd.as_deref(),
                 options.idle_timeout,
@@ -223,6 +247,7 @@ impl AgentRunner {
         session_options.idle_timeout = options.idle_timeout;
         session_options.cwd = options.cwd.clone();
         session_options.resumed_from = resume;
+        session_options.limits.max_line_bytes = agent.max_line_bytes;
         match AgentSession::spawn(plan, session_options).await {
             Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
             Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
@@ -458,7 +483,7 @@ pub async fn run_turn(
         .as_deref()
         .or(agent.launch.default_model.as_deref());
     // ACP agents get no `--model`/`--resume` flags: the session is resumed with `session/load`.
-    let plan = if agent.protocol == AgentProtocol::Acp {
+    let mut plan = if agent.protocol == AgentProtocol::Acp {
         agent.launch.plan(None, None, None)
     } else {
         agent
@@ -478,9 +503,16 @@ pub async fn run_turn(
         model,
         prompt: &stored_prompt,
         resumed_session_id: resume.as_ref().map(SessionId::as_str),
+        title: request.title.as_deref(),
     })?;
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
+    if let Some(hook) = &options.on_run_recorded {
+        for (key, value) in (hook.0)(&thread_id, &run_id) {
+            plan.env.retain(|(k, _)| *k != key);
+            plan.env.push((key, value));
+        }
+    }
     let mut recorder = Recorder {
         store,
         guard,
@@ -524,11 +556,10 @@ pub async fn run_turn(
 
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let drive = async {
-        let mut runner =
-            match AgentRunner::start(agent.protocol, &plan, resume.clone(), options).await {
-                Ok(runner) => runner,
-                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
-            };
+        let mut runner = match AgentRunner::start(agent, &plan, resume.clone(), options).await {
+            Ok(runner) => runner,
+            Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+        };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;
@@ -614,6 +645,13 @@ pub async fn run_turn(
             (status_of(code), Some(code.clone()), detail.clone())
         }
     };
+    if error_code.as_deref() == Some(codes::STDOUT_LINE_TOO_LONG) {
+        let detail = error_detail.take().unwrap_or_default();
+        error_detail = Some(format!(
+            "{detail} (the limit is agent `{}`'s max_line_bytes = {} in agents.toml)",
+            agent.name, agent.max_line_bytes
+        ));
+    }
     if recorder.invalid_session_id && status == RunStatus::Succeeded {
         status = RunStatus::Failed;
         error_code = Some(INVALID_SESSION_ID.to_owned());

@@ -27,6 +27,7 @@ fn request(prompt: &str) -> TurnRequest {
         model: None,
         prompt: prompt.to_owned(),
         attachments: Vec::new(),
+        title: None,
     }
 }
 
@@ -93,4 +94,32 @@ async fn a_dropped_acp_turn_releases_the_agent_process() {
     let detail = store.thread_detail(&threads[0].id).unwrap();
     assert_eq!(detail.runs[0].status, RunStatus::Running);
     assert_eq!(detail.thread.session_id.as_deref(), Some("sess-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agents_message_over_its_max_line_bytes_fails_the_turn_naming_the_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"huge-update\"]\nenv = {{ ACP_FIXTURE_HUGE_BYTES = \"200000\" }}\nmax_line_bytes = 100000\n",
+        fixture.display()
+    );
+    std::fs::write(tmp.path().join("agents.toml"), text).unwrap();
+    let registry = AgentRegistry::load(tmp.path(), &|_| None, None).unwrap();
+    let agent = registry.resolve(Some("acp")).unwrap().clone();
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let report = run_turn(
+        &mut store,
+        &agent,
+        request("dump"),
+        &TurnOptions::default(),
+        &mut |_| {},
+        std::future::pending(),
+    )
+    .await
+    .expect("turn recorded");
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error_code.as_deref(), Some("stdout_line_too_long"));
+    let detail = report.error_detail.unwrap_or_default();
+    assert!(detail.contains("max_line_bytes = 100000"), "{detail}");
 }

@@ -24,6 +24,7 @@ fn request(thread: Option<ThreadId>, prompt: &str) -> TurnRequest {
         model: None,
         prompt: prompt.to_owned(),
         attachments: Vec::new(),
+        title: None,
     }
 }
 
@@ -106,4 +107,39 @@ async fn the_cancel_future_cancels_the_turn() {
     assert_eq!(report.error_code.as_deref(), Some("cancelled"));
     let run = store.run(&report.run_id).unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Cancelled);
+}
+
+/// An agent entry with `max_line_bytes` whose every turn first prints one line of exactly `line_bytes` bytes.
+fn long_line_agent(dir: &Path, max_line_bytes: usize, line_bytes: usize) -> AgentSpec {
+    let fixture = agentwire_testkit::bin_path("awp-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"long\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"long-line\", \"--line-bytes\", \"{line_bytes}\"]\nmax_line_bytes = {max_line_bytes}\n",
+        fixture.display()
+    );
+    std::fs::write(dir.join("agents.toml"), text).expect("write agents.toml");
+    let registry = AgentRegistry::load(dir, &|_| None, None).expect("load agents");
+    registry
+        .resolve(Some("long"))
+        .expect("usable agent")
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_max_line_bytes_accepts_a_line_at_the_limit_and_fails_one_byte_over_naming_the_setting()
+ {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let at = long_line_agent(tmp.path(), 64 * 1024, 64 * 1024);
+    let (report, _) = turn(&mut store, &at, request(None, "hi")).await;
+    assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+
+    let over = long_line_agent(tmp.path(), 64 * 1024, 64 * 1024 + 1);
+    let (report, _) = turn(&mut store, &over, request(None, "hi")).await;
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error_code.as_deref(), Some("stdout_line_too_long"));
+    let detail = report.error_detail.unwrap_or_default();
+    assert!(
+        detail.contains("max_line_bytes = 65536") && detail.contains("`long`"),
+        "{detail}"
+    );
 }

@@ -10,6 +10,16 @@
 //! - [`endpoint`]: private directories, locked stale-socket handling, bind and post-bind verification.
 //! - [`server`]: the hyper server and the [`server::Service`] trait the host implements.
 //! - [`client`]: a connect-per-request client with timeouts and strict stream parsing.
+//! - [`contract`]: typed params/result DTOs of every method, shaped as DeepChat's zod route contracts (no IO).
+//!
+//! The policy half decides who may call what, and what it costs: [`surface`] is the deny-by-default registry of
+//! exposed methods (DeepChat's `CLI_SURFACE`), [`policy`] the effect table, ownership rule and Agent compute
+//! admission, [`caller`] the caller model built from the authenticated transport, [`tokens`] the short-lived scoped
+//! Agent tokens, [`hub`] the typed per-run event hub with bounded subscribers and resumable cursors, and [`audit`]
+//! the size-capped JSONL policy audit log. Everything but the hub's async wait and the audit file is sans-IO:
+//! clocks come in as `now: Instant`. Source: DeepChat "Local Control Plane and Bundled CLI" spec (sections "Caller
+//! Model", "Effect Policy", "Agent Token and Bundled Skill", "Typed Event Hub and Detached Runs") and DeepChat's
+//! `src/main/cli/` (`surface.ts`, `policy.ts`, `agentTokenAuthority.ts`), `src/shared/contracts/localControl.ts`.
 //!
 //! # Use
 //!
@@ -25,13 +35,22 @@
 //! memory, bounded by the method's limit); a `GET /v1/events` route (DeepChat serves events as the stream method
 //! `events.subscribe`).
 //!
-//! What this crate deliberately is not: it has no method table, caller policy, approval logic or artifact
-//! storage; those reach it through [`server::Service`]. It never listens on TCP.
+//! What this crate deliberately is not: it has no approval state machine or artifact storage (those are
+//! `agentwire-approval` and `agentwire-spool`, wired by the host through [`server::Service`]). It never listens on
+//! TCP.
 
 pub mod client;
+pub mod contract;
 pub mod descriptor;
 pub mod endpoint;
 pub mod envelope;
 pub mod json_limits;
 pub mod limits;
 pub mod server;
+
+pub mod audit;
+pub mod caller;
+pub mod hub;
+pub mod policy;
+pub mod surface;
+pub mod tokens;

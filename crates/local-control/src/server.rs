@@ -662,7 +662,8 @@ async fn serve_connection<S: Service>(
 struct Failure {
     status: u16,
     id: String,
-    error: ErrorBody,
+    // Boxed: with serde_json's `preserve_order` (switched on by other workspace members) `ErrorBody` is large.
+    error: Box<ErrorBody>,
 }
 
 impl Failure {
@@ -670,7 +671,7 @@ impl Failure {
         Failure {
             status: code.http_status(),
             id: UNKNOWN_REQUEST_ID.to_owned(),
-            error: ErrorBody::new(code, message),
+            error: Box::new(ErrorBody::new(code, message)),
         }
     }
 
@@ -683,7 +684,7 @@ impl Failure {
         Failure {
             status: error.code.http_status(),
             id: id.to_owned(),
-            error,
+            error: Box::new(error),
         }
     }
 }
@@ -743,7 +744,7 @@ fn common_headers(headers: &mut HeaderMap) {
 fn failure_response(failure: Failure) -> Response<ChannelBody> {
     json_response(
         failure.status,
-        &ResponseEnvelope::failure(failure.id, failure.error),
+        &ResponseEnvelope::failure(failure.id, *failure.error),
     )
 }
 
@@ -871,7 +872,7 @@ async fn handle_inner<S: Service>(
             ErrorCode::RateLimited,
             "too many pending local-control requests",
         );
-        failure.error = failure.error.retriable(true);
+        failure.error.retriable = true;
         return Err(failure);
     }
     // Cancelled with the connection; rpc and upload handlers also cancel it when hyper drops them, streamed

@@ -1,0 +1,285 @@
+//! `awp-host serve`: the local control plane (`agentwire_host::control` over `agentwire_local_control`'s server),
+//! the approvals console, the approver socket and, with `--tasks-listen`, the managed-task API
+//! (`agentwire_host::tasks`), until SIGINT/SIGTERM.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentwire_approval::{ApprovalEvent, ApprovalSnapshot, Approvals, RendererEvent, Resolution};
+use agentwire_host::control::approver::ApproverSocket;
+use agentwire_host::control::{ControlConfig, ControlPlane};
+use agentwire_host::store::escape_controls;
+use agentwire_host::tasks::{
+    API_KEY_VAR, AllowList, ApiConfig, ApiKey, ListenError, TaskLimits, TaskServer, TaskService,
+    TaskStore, WorkerConfig,
+};
+use agentwire_host::{Store, StoreError, paths};
+use agentwire_local_control::server::{Server, ServerConfig};
+use agentwire_process::CancellationToken;
+use tokio::io::AsyncBufReadExt;
+
+use crate::Failure;
+use crate::cli::ServeArgs;
+use crate::exit::Exit;
+
+/// How long live runs get to record their end at shutdown.
+const RUN_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+fn say(line: &str) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Failure::from_error(Exit::Protocol, "output_write_failed", &e))
+}
+
+/// Runs `serve`.
+///
+/// # Errors
+/// A [`Failure`]: usage (2) for a bad address, key or allow-list entry; 3 when another `serve` runs for the data
+/// directory; 8 for a store or endpoint failure.
+pub async fn serve(
+    data_dir: Option<&Path>,
+    config_dir: Option<&Path>,
+    args: ServeArgs,
+) -> Result<Exit, Failure> {
+    let dir = paths::data_dir(data_dir, &|name: &str| std::env::var(name).ok())
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let registry = Arc::new(crate::commands::load_agents(config_dir)?);
+    // Opening the store marks runs a crashed host left `running` as interrupted.
+    let store = Store::open(&dir).map_err(|e| Failure::from_error(Exit::Protocol, e.code(), &e))?;
+    for run in store.recovered_runs() {
+        eprintln!(
+            "awp-host: note: run {run} was cut off by a host that stopped; marked interrupted"
+        );
+    }
+    drop(store);
+    let tasks = match args.tasks_listen {
+        Some(addr) => Some(prepare_tasks(&dir, addr, &args).await?),
+        None => None,
+    };
+
+    let mut config = ControlConfig::new(&dir, env!("CARGO_PKG_VERSION"));
+    config.deepchat_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .filter(|bin| bin.join("deepchat").is_file());
+    let plane = ControlPlane::open(config, registry)
+        .await
+        .map_err(|e| Failure::from_error(Exit::Protocol, "local_control_setup", &e))?;
+    let server = Server::start(
+        ServerConfig::new(&dir, env!("CARGO_PKG_VERSION")),
+        plane.clone(),
+    )
+    .await
+    .map_err(|e| {
+        let exit = if e.code() == "already_running" {
+            Exit::AgentUnavailable
+        } else {
+            Exit::Protocol
+        };
+        Failure::from_error(exit, e.code(), &e)
+    })?;
+    let shutdown = CancellationToken::new();
+    cancel_on_signals(shutdown.clone())?;
+    say(&format!(
+        "awp-host: local control listening on {}",
+        server.layout().socket_path.display()
+    ))?;
+
+    let mut background = tokio::task::JoinSet::new();
+    if let Some(path) = &args.approvals_socket {
+        let socket = ApproverSocket::bind(path)
+            .await
+            .map_err(|e| Failure::from_error(Exit::Usage, "approvals_socket", &e))?;
+        eprintln!(
+            "awp-host: approver socket {} (token in {})",
+            path.display(),
+            socket.token_path().display()
+        );
+        background.spawn(socket.serve(plane.approvals().clone(), shutdown.clone()));
+    }
+    let console = match args.console.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+    };
+    if console {
+        say("awp-host: approvals console: pending approvals appear here; answer y to allow")?;
+        background.spawn(approvals_console(
+            plane.approvals().clone(),
+            shutdown.clone(),
+        ));
+    }
+    if let Some((server, service, key, allow)) = tasks {
+        say(&format!(
+            "awp-host: tasks api listening on http://{}",
+            server.local_addr()
+        ))?;
+        let workers = service.start_workers(
+            allow,
+            WorkerConfig {
+                workers: args.tasks_workers,
+                ..WorkerConfig::default()
+            },
+            shutdown.clone(),
+        );
+        let stop = shutdown.clone();
+        background.spawn(async move {
+            server.serve(service, key, ApiConfig::default(), stop).await;
+            workers.join().await;
+        });
+    }
+
+    shutdown.cancelled().await;
+    eprintln!("awp-host: stopping");
+    // The spec's order: stop accepting and end open requests (streams get a typed `unavailable` record), then
+    // cancel live runs, close subscribers, cancel approvals; socket and descriptor are removed by the server.
+    server.shutdown().await;
+    plane.shutdown(RUN_SHUTDOWN_GRACE).await;
+    background.shutdown().await;
+    eprintln!("awp-host: serve stopped");
+    Ok(Exit::Ok)
+}
+
+type Tasks = (TaskServer, TaskService, ApiKey, AllowList);
+
+async fn prepare_tasks(
+    dir: &Path,
+    addr: std::net::SocketAddr,
+    args: &ServeArgs,
+) -> Result<Tasks, Failure> {
+    let key = ApiKey::new(std::env::var(API_KEY_VAR).ok().as_deref())
+        .map_err(|e| Failure::new(Exit::Usage, e.code(), e.to_string()))?;
+    let allow = AllowList::new(&args.tasks_allow)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    if args.tasks_allow.is_empty() {
+        eprintln!(
+            "awp-host: warning: no --tasks-allow given: every task will fail with executable_not_allowed"
+        );
+    }
+    let store = TaskStore::open(dir).map_err(|e| {
+        let exit = match e {
+            StoreError::TasksBusy => Exit::AgentUnavailable,
+            _ => Exit::Protocol,
+        };
+        Failure::from_error(exit, e.code(), &e)
+    })?;
+    for task in store.lost_tasks() {
+        eprintln!(
+            "awp-host: note: task {task} was running when the previous serve stopped; marked lost (not re-run)"
+        );
+    }
+    let server = TaskServer::bind(addr, false)
+        .await
+        .map_err(|e: ListenError| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let service = TaskService::new(store, TaskLimits::default());
+    Ok((server, service, key, allow))
+}
+
+/// Writes a console line to stdout; a closed stdout only loses the line (the console keeps answering).
+fn show(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
+/// One approval as the console shows it: id, method, effect and the redacted summary, escaped.
+fn describe(approval: &ApprovalSnapshot) -> String {
+    let effect = approval
+        .display
+        .get("effect")
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
+    let summary = approval
+        .display
+        .get("summary")
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let left = approval
+        .expires_at
+        .saturating_duration_since(std::time::Instant::now())
+        .as_secs();
+    format!(
+        "approval {}: {} ({effect}) {} — allow? [y/N] (expires in {left}s)",
+        approval.id,
+        escape_controls(&approval.method, true),
+        escape_controls(&summary, true),
+    )
+}
+
+/// The terminal renderer: shows the oldest pending approval and takes `y` (allow) or anything else (deny) from
+/// stdin, one line per approval.
+async fn approvals_console(approvals: Approvals, shutdown: CancellationToken) {
+    let mut renderer = approvals.attach_renderer();
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut shown: Option<ApprovalSnapshot> = None;
+    loop {
+        if shown.is_none()
+            && let Some(next) = renderer.pending().into_iter().next()
+        {
+            // On stdout, where the listening lines are: the console is the operator's view.
+            show(&format!("awp-host: {}", describe(&next)));
+            shown = Some(next);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = renderer.next_event() => match event {
+                None => return,
+                Some(RendererEvent::Approval(ApprovalEvent::Decided { id, decision, .. })) => {
+                    if shown.as_ref().is_some_and(|a| a.id == id) {
+                        show(&format!("awp-host: approval {id} {}", decision.code()));
+                        shown = None;
+                    }
+                }
+                Some(_) => {}
+            },
+            line = lines.next_line() => {
+                let Ok(Some(line)) = line else {
+                    // stdin closed: nobody can answer here any more; detaching denies what is pending.
+                    eprintln!("awp-host: approvals console closed (stdin ended)");
+                    return;
+                };
+                let Some(approval) = shown.take() else { continue };
+                let answer = line.trim();
+                let resolution = if answer.eq_ignore_ascii_case("y") || answer.eq_ignore_ascii_case("yes") {
+                    Resolution::Approve
+                } else {
+                    Resolution::Deny
+                };
+                if let Err(e) = renderer.resolve(approval.id, &approval.scope, resolution) {
+                    eprintln!("awp-host: approval {} could not be answered: {}", approval.id, e.code());
+                }
+            }
+        }
+    }
+}
+
+/// Cancels `shutdown` at the first SIGINT, SIGTERM or SIGHUP (as `chat` treats them alike).
+fn cancel_on_signals(shutdown: CancellationToken) -> Result<(), Failure> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let make = |kind: SignalKind| {
+            signal(kind).map_err(|e| Failure::from_error(Exit::Protocol, "signal_handler", &e))
+        };
+        let mut interrupt = make(SignalKind::interrupt())?;
+        let mut terminate = make(SignalKind::terminate())?;
+        let mut hangup = make(SignalKind::hangup())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+                _ = hangup.recv() => {}
+            }
+            shutdown.cancel();
+        });
+    }
+    #[cfg(not(unix))]
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            shutdown.cancel();
+        }
+    });
+    Ok(())
+}

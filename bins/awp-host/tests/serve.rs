@@ -1,0 +1,341 @@
+//! `awp-host serve` with the real `deepchat` binary, as an operator runs them: discovery through the data dir,
+//! detached runs, watching, approvals (console and approver socket), shutdown, restart after SIGKILL.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentwire_process::{Child, Command, StopPlan};
+use serde_json::{Value, json};
+use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const AGENTS: &str = "[[agents]]\nname = \"fx\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"normal\"]\n\
+[[agents]]\nname = \"silent\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"silence\"]\n";
+
+struct Serve {
+    child: Child,
+    stdout: agentwire_process::Stdout,
+}
+
+async fn serve(host: &Host, extra: &[&str]) -> Serve {
+    let mut args = vec!["serve"];
+    args.extend_from_slice(extra);
+    let mut child = host.spawn(&args);
+    let mut stdout = child.take_stdout().expect("stdout");
+    let line = read_until(&mut stdout, "\n").await;
+    assert!(
+        line.starts_with("awp-host: local control listening on "),
+        "unexpected first line {line:?}"
+    );
+    Serve { child, stdout }
+}
+
+impl Serve {
+    /// SIGTERM and wait; returns the exit code.
+    async fn stop(self) -> i32 {
+        let plan = StopPlan::new()
+            .stdin_grace(Duration::ZERO)
+            .term_grace(Duration::from_secs(30));
+        let outcome = tokio::time::timeout(RUN_TIMEOUT, self.child.stop(plan))
+            .await
+            .expect("serve stops");
+        outcome.status.code_or_signal()
+    }
+}
+
+fn deepchat_command(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
+    cmd.args(args)
+        .inherit_os_env()
+        .env("AWP_HOST_DATA_DIR", &host.data)
+        .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
+        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
+        .envs(env.iter().copied());
+    cmd
+}
+
+async fn deepchat(host: &Host, args: &[&str]) -> Output {
+    deepchat_env(host, args, &[]).await
+}
+
+async fn deepchat_env(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut child = deepchat_command(host, args, env)
+        .spawn()
+        .expect("spawn deepchat");
+    child.stdin().close().await;
+    collect(&mut child).await
+}
+
+fn ok_result(out: &Output) -> Value {
+    assert_eq!(out.code, 0, "{out:?}");
+    let envelope = out.json();
+    assert_eq!(envelope["ok"], true, "{out:?}");
+    envelope["result"].clone()
+}
+
+async fn start_run(host: &Host, agent: &str, prompt: &str) -> String {
+    let out = deepchat(
+        host,
+        &[
+            "agent", "run", "--agent", agent, "--prompt", prompt, "--json",
+        ],
+    )
+    .await;
+    ok_result(&out)["runId"]
+        .as_str()
+        .expect("run id")
+        .to_owned()
+}
+
+fn descriptor(host: &Host) -> PathBuf {
+    host.data.join("local-control").join("local-control.json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepchat_drives_a_detached_run_through_serve_and_reports_a_stopped_host() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let server = serve(&host, &["--console", "off"]).await;
+
+    let status = ok_result(&deepchat(&host, &["system", "status", "--json"]).await);
+    assert_eq!(status["running"], true);
+
+    let run = start_run(&host, "fx", "hello").await;
+    let watch = deepchat(&host, &["run", "watch", "--run", &run, "--jsonl"]).await;
+    assert_eq!(watch.code, 0, "{watch:?}");
+    let lines = watch.jsonl();
+    let events: Vec<&str> = lines.iter().filter_map(|l| l["event"].as_str()).collect();
+    assert_eq!(events.first(), Some(&"runs.created"), "{events:?}");
+    assert!(events.contains(&"chat.stream.completed"), "{events:?}");
+    assert_eq!(
+        lines.last().unwrap()["ok"],
+        true,
+        "a terminal envelope ends the stream"
+    );
+
+    let snapshot = ok_result(&deepchat(&host, &["run", "get", "--run", &run, "--json"]).await);
+    assert_eq!(snapshot["phase"], "terminal");
+    assert_eq!(snapshot["messages"][1]["text"], "echo: hello");
+
+    let threads = ok_result(&deepchat(&host, &["thread", "list", "--json"]).await);
+    assert_eq!(threads["threads"][0]["title"], "hello");
+
+    // An execution-config change needs an approval; with no console and no approver it fails closed at once.
+    let denied = deepchat(
+        &host,
+        &[
+            "settings",
+            "set",
+            "autoCompactionEnabled",
+            "false",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(denied.code, 5, "{denied:?}");
+    assert_eq!(denied.json()["error"]["code"], "approval_denied");
+
+    assert_eq!(server.stop().await, 0);
+    assert!(!descriptor(&host).exists(), "the descriptor is removed");
+    let gone = deepchat(&host, &["system", "status", "--json"]).await;
+    assert_eq!(gone.code, 3, "{gone:?}");
+    assert_eq!(gone.json()["ok"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_is_refused_and_a_stale_socket_after_sigkill_is_replaced() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let first = serve(&host, &["--console", "off"]).await;
+    let second = host.run(&["serve", "--console", "off"]).await;
+    assert_eq!(second.code, 3, "{second:?}");
+    assert!(second.stderr.contains("already"), "{second:?}");
+
+    first.child.kill();
+    let _ = tokio::time::timeout(RUN_TIMEOUT, first.child.wait()).await;
+    assert!(
+        descriptor(&host).exists(),
+        "a killed host leaves its descriptor"
+    );
+    let stale = deepchat(&host, &["system", "status", "--json"]).await;
+    assert_eq!(stale.code, 3, "dead pid / refused socket: {stale:?}");
+
+    let again = serve(&host, &["--console", "off"]).await;
+    ok_result(&deepchat(&host, &["system", "status", "--json"]).await);
+    assert_eq!(again.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_serve_mid_watch_ends_it_unavailable_and_the_run_is_readable_after_a_restart() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let server = serve(&host, &["--console", "off"]).await;
+    let run = start_run(&host, "silent", "wait").await;
+    let mut watch = deepchat_command(&host, &["run", "watch", "--run", &run, "--jsonl"], &[])
+        .spawn()
+        .expect("spawn watch");
+    watch.stdin().close().await;
+    let mut watch_out = watch.take_stdout().expect("stdout");
+    // The first record proves the watch is being served.
+    let first = read_until(&mut watch_out, "\n").await;
+    assert!(first.contains("runs.created"), "{first}");
+    assert_eq!(server.stop().await, 0);
+    let rest = read_until(&mut watch_out, "\"ok\":false").await;
+    let status = tokio::time::timeout(RUN_TIMEOUT, watch.wait())
+        .await
+        .expect("watch ends");
+    assert_eq!(status.code_or_signal(), 3, "{first}{rest}");
+    assert!(rest.contains("unavailable"), "{rest}");
+
+    let again = serve(&host, &["--console", "off"]).await;
+    let snapshot = ok_result(&deepchat(&host, &["run", "get", "--run", &run, "--json"]).await);
+    assert_eq!(snapshot["phase"], "terminal", "{snapshot}");
+    assert_eq!(snapshot["messages"][0]["text"], "wait");
+    assert_eq!(again.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approvals_console_allows_one_pending_mutation() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let mut server = serve(&host, &["--console", "on"]).await;
+    read_until(&mut server.stdout, "approvals console").await;
+    let mut change = deepchat_command(
+        &host,
+        &[
+            "settings",
+            "set",
+            "autoCompactionEnabled",
+            "false",
+            "--json",
+        ],
+        &[],
+    )
+    .spawn()
+    .expect("spawn deepchat");
+    change.stdin().close().await;
+    let prompt = read_until(&mut server.stdout, "allow? [y/N]").await;
+    assert!(prompt.contains("settings.updatePublic"), "{prompt}");
+    let console = server.child.stdin();
+    console.write_all(b"y\n").await.expect("answer");
+    let out = collect(&mut change).await;
+    let result = ok_result(&out);
+    assert_eq!(result["values"], json!({"autoCompactionEnabled": false}));
+    assert_eq!(server.stop().await, 0);
+}
+
+/// Connects to the approver socket and says hello with `token`; returns the line reader and writer.
+async fn approver(
+    path: &Path,
+    token: &str,
+) -> (
+    tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    tokio::net::unix::OwnedWriteHalf,
+) {
+    let stream = tokio::net::UnixStream::connect(path)
+        .await
+        .expect("connect");
+    let (read, mut write) = stream.into_split();
+    let hello = format!("{}\n", json!({"type": "hello", "token": token}));
+    write.write_all(hello.as_bytes()).await.expect("hello");
+    (BufReader::new(read).lines(), write)
+}
+
+async fn next_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+) -> Value {
+    let line = tokio::time::timeout(RUN_TIMEOUT, lines.next_line())
+        .await
+        .expect("a line in time")
+        .expect("read")
+        .expect("not at EOF");
+    serde_json::from_str(&line).expect("json line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approver_socket_resolves_with_its_own_token_and_refuses_a_wrong_one() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let socket = host.path("approver.sock");
+    let socket_arg = socket.display().to_string();
+    let server = serve(
+        &host,
+        &["--console", "off", "--approvals-socket", &socket_arg],
+    )
+    .await;
+    let token_path = PathBuf::from(format!("{socket_arg}.token"));
+    let token = std::fs::read_to_string(&token_path).expect("token file");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the token file is private");
+    }
+    let (mut wrong, _w) = approver(&socket, "not-the-token").await;
+    assert_eq!(next_line(&mut wrong).await["code"], "authentication_failed");
+
+    let (mut lines, mut write) = approver(&socket, &token).await;
+    let mut change = deepchat_command(
+        &host,
+        &[
+            "settings",
+            "set",
+            "autoCompactionEnabled",
+            "false",
+            "--json",
+        ],
+        &[],
+    )
+    .spawn()
+    .expect("spawn deepchat");
+    change.stdin().close().await;
+    let approval = next_line(&mut lines).await;
+    assert_eq!(approval["type"], "approval");
+    assert_eq!(approval["method"], "settings.updatePublic");
+    let resolve = format!(
+        "{}\n",
+        json!({"type": "resolve", "id": approval["id"], "decision": "allow"})
+    );
+    write.write_all(resolve.as_bytes()).await.expect("resolve");
+    let out = collect(&mut change).await;
+    ok_result(&out);
+    assert_eq!(server.stop().await, 0);
+    assert!(
+        !socket.exists() && !token_path.exists(),
+        "removed at shutdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_launched_by_serve_find_deepchat_first_on_path_and_a_bad_agent_token_never_falls_back()
+ {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let server = serve(&host, &["--console", "off"]).await;
+    let run = start_run(&host, "fx", "env:PATH").await;
+    deepchat(&host, &["run", "watch", "--run", &run, "--jsonl"]).await;
+    let snapshot = ok_result(&deepchat(&host, &["run", "get", "--run", &run, "--json"]).await);
+    let echoed = snapshot["messages"][1]["text"].as_str().unwrap().to_owned();
+    let deepchat_dir = agentwire_testkit::bin_path("deepchat")
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    assert!(
+        echoed.starts_with(&format!("echo: env:PATH={deepchat_dir}:")),
+        "{echoed}"
+    );
+
+    let bad = deepchat_env(
+        &host,
+        &["system", "status", "--json"],
+        &[(
+            "DEEPCHAT_CLI_AGENT_TOKEN",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        )],
+    )
+    .await;
+    assert_eq!(bad.code, 4, "{bad:?}");
+    assert_eq!(server.stop().await, 0);
+}

@@ -1,0 +1,330 @@
+//! agentwire's additive methods: `threads.list`, `threads.get`, `approvals.listPending`,
+//! `runs.exportTranscript`.
+//!
+//! These are **ours**, not DeepChat's: DeepChat has no such routes, so no DeepChat client calls them.
+//! They follow the same conventions (camelCase, strict params, `null` for "known absent", limits checked
+//! by [`Validate`]) and reuse DeepChat's shapes where one exists ([`RunMessage`], [`MessagePageCursor`],
+//! [`ArtifactMetadata`]). A thread is what DeepChat calls a session; `threadId` is the same value as a
+//! run's `sessionId`. Approvals are listed, never resolved: resolution is renderer-only.
+
+use serde::{Deserialize, Serialize};
+
+use super::artifacts::ArtifactMetadata;
+use super::runs::{
+    MessagePageCursor, RUN_MAX_MESSAGE_PAGE_SIZE, RunMessage, SessionStatus, check_run_id,
+};
+use super::serde_util::{double_option, nullable, present};
+use super::{ContractError, Method, NoParams, Problem, Validate, check_len, check_range};
+
+/// Longest opaque thread-list cursor, characters.
+pub const THREAD_CURSOR_MAX_CHARACTERS: usize = 512;
+
+/// Params of `threads.list` (strict): `{"limit":20,"agentId":"awp-agent","cursor":"opaque"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadListParams {
+    /// Page size, 1..=100 (server default 20).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub limit: Option<u32>,
+    /// Only threads of this agent, 1..=256 characters.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub agent_id: Option<String>,
+    /// Opaque cursor from a previous page's `nextCursor`, 1..=512 characters.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub cursor: Option<String>,
+}
+
+impl Validate for ThreadListParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        if let Some(v) = self.limit {
+            check_range("limit", v, 1, RUN_MAX_MESSAGE_PAGE_SIZE)?;
+        }
+        if let Some(v) = &self.agent_id {
+            check_len("agentId", v, 1, 256)?;
+        }
+        if let Some(v) = &self.cursor {
+            check_len("cursor", v, 1, THREAD_CURSOR_MAX_CHARACTERS)?;
+        }
+        Ok(())
+    }
+}
+
+/// One thread (strict).
+///
+/// `{"threadId":"thr-1","agentId":"awp-agent","title":"Fix the build","projectDir":"/src/app","status":"idle","runCount":3,"createdAt":1,"updatedAt":2}`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadSummary {
+    /// Thread id (= DeepChat `sessionId`).
+    pub thread_id: String,
+    /// Agent name.
+    pub agent_id: String,
+    /// Title (may be empty).
+    pub title: String,
+    /// Agent working directory, `null` when the host default was used.
+    #[serde(deserialize_with = "nullable")]
+    pub project_dir: Option<String>,
+    /// State.
+    pub status: SessionStatus,
+    /// Runs (turns) so far.
+    pub run_count: u64,
+    /// Unix ms.
+    pub created_at: u64,
+    /// Unix ms.
+    pub updated_at: u64,
+}
+
+impl Validate for ThreadSummary {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("threadId", &self.thread_id, 1, 128)?;
+        check_len("agentId", &self.agent_id, 1, 256)
+    }
+}
+
+/// Result of `threads.list` (strict): newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadListResult {
+    /// ≤ 100 threads.
+    pub threads: Vec<ThreadSummary>,
+    /// Cursor of the next page, `null` at the end.
+    #[serde(deserialize_with = "nullable")]
+    pub next_cursor: Option<String>,
+}
+
+impl Validate for ThreadListResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        if self.threads.len() > RUN_MAX_MESSAGE_PAGE_SIZE as usize {
+            return Err(ContractError::field("threads", Problem::TooLong));
+        }
+        self.threads.iter().try_for_each(Validate::validate)
+    }
+}
+
+/// Params of `threads.get` (strict): `{"threadId":"thr-1","cursor":null,"limit":20}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadGetParams {
+    /// Thread id, 1..=128 characters.
+    pub thread_id: String,
+    /// Message page cursor as in `runs.get`: absent, `null` or a cursor.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "double_option"
+    )]
+    pub cursor: Option<Option<MessagePageCursor>>,
+    /// Page size, 1..=100.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub limit: Option<u32>,
+}
+
+impl Validate for ThreadGetParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("threadId", &self.thread_id, 1, 128)?;
+        if let Some(Some(c)) = &self.cursor {
+            check_len("cursor.id", &c.id, 1, usize::MAX)?;
+        }
+        if let Some(v) = self.limit {
+            check_range("limit", v, 1, RUN_MAX_MESSAGE_PAGE_SIZE)?;
+        }
+        Ok(())
+    }
+}
+
+/// Result of `threads.get` (strict): the thread and a newest-first page of its messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ThreadGetResult {
+    /// The thread.
+    pub thread: ThreadSummary,
+    /// ≤ 100 messages (DeepChat's run message shape).
+    pub messages: Vec<RunMessage>,
+    /// Cursor of the next older page, `null` when none.
+    #[serde(deserialize_with = "nullable")]
+    pub next_cursor: Option<MessagePageCursor>,
+    /// True when older messages exist.
+    pub has_more: bool,
+}
+
+impl Validate for ThreadGetResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        self.thread.validate()?;
+        if self.messages.len() > RUN_MAX_MESSAGE_PAGE_SIZE as usize {
+            return Err(ContractError::field("messages", Problem::TooLong));
+        }
+        self.messages.iter().try_for_each(Validate::validate)
+    }
+}
+
+/// One pending approval as the CLI may see it (strict): status only, no way to resolve it.
+///
+/// `{"approvalId":"apr-1","method":"settings.updatePublic","summary":"set fontSizeLevel","requestedAt":1,"expiresAt":2}`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingApproval {
+    /// Approval id, 1..=128 characters.
+    pub approval_id: String,
+    /// The method waiting for a decision.
+    pub method: String,
+    /// Redacted one-line description, ≤ 1024 characters.
+    pub summary: String,
+    /// Unix ms.
+    pub requested_at: u64,
+    /// Unix ms; after it the request fails with `approval_timeout`.
+    pub expires_at: u64,
+}
+
+impl Validate for PendingApproval {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("approvalId", &self.approval_id, 1, 128)?;
+        if !crate::envelope::is_valid_method(&self.method) {
+            return Err(ContractError::field("method", Problem::BadFormat));
+        }
+        check_len("summary", &self.summary, 0, 1024)
+    }
+}
+
+/// Result of `approvals.listPending` (strict): the caller's pending approvals, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingApprovalsResult {
+    /// Pending approvals.
+    pub approvals: Vec<PendingApproval>,
+    /// True when an approval renderer is attached (without one, sensitive mutations fail at once).
+    pub renderer_attached: bool,
+}
+
+impl Validate for PendingApprovalsResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        self.approvals.iter().try_for_each(Validate::validate)
+    }
+}
+
+/// Transcript format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TranscriptFormat {
+    /// One JSON object per message (`application/x-ndjson`), the default.
+    #[default]
+    Jsonl,
+    /// Human-readable Markdown (`text/markdown`).
+    Markdown,
+}
+
+/// Params of `runs.exportTranscript` (strict): `{"runId":"run-1","format":"markdown"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExportTranscriptParams {
+    /// Run id.
+    pub run_id: String,
+    /// Format (default `jsonl`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub format: Option<TranscriptFormat>,
+}
+
+impl Validate for ExportTranscriptParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_run_id("runId", &self.run_id)
+    }
+}
+
+/// Result of `runs.exportTranscript` (strict): the transcript as an owned artifact, fetched with
+/// `deepchat artifact get --id … --out …`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportTranscriptResult {
+    /// The artifact holding the transcript.
+    pub artifact: ArtifactMetadata,
+}
+
+impl Validate for ExportTranscriptResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        self.artifact.validate()
+    }
+}
+
+/// `threads.list` (ours): [`ThreadListParams`] → [`ThreadListResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadsList;
+impl Method for ThreadsList {
+    const NAME: &'static str = "threads.list";
+    type Params = ThreadListParams;
+    type Result = ThreadListResult;
+}
+
+/// `threads.get` (ours): [`ThreadGetParams`] → [`ThreadGetResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadsGet;
+impl Method for ThreadsGet {
+    const NAME: &'static str = "threads.get";
+    type Params = ThreadGetParams;
+    type Result = ThreadGetResult;
+}
+
+/// `approvals.listPending` (ours): `{}` → [`PendingApprovalsResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalsListPending;
+impl Method for ApprovalsListPending {
+    const NAME: &'static str = "approvals.listPending";
+    type Params = NoParams;
+    type Result = PendingApprovalsResult;
+}
+
+/// `runs.exportTranscript` (ours): [`ExportTranscriptParams`] → [`ExportTranscriptResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct RunsExportTranscript;
+impl Method for RunsExportTranscript {
+    const NAME: &'static str = "runs.exportTranscript";
+    type Params = ExportTranscriptParams;
+    type Result = ExportTranscriptResult;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode_params;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn thread_list_limits() {
+        assert!(decode_params::<ThreadsList>(json!({})).is_ok());
+        assert!(decode_params::<ThreadsList>(json!({"limit":100})).is_ok());
+        assert!(decode_params::<ThreadsList>(json!({"limit":101})).is_err());
+        assert!(decode_params::<ThreadsList>(json!({"cursor":"c".repeat(512)})).is_ok());
+        assert!(decode_params::<ThreadsList>(json!({"cursor":"c".repeat(513)})).is_err());
+        assert!(decode_params::<ThreadsList>(json!({"other":1})).is_err());
+    }
+
+    #[test]
+    fn export_format_default_and_names() {
+        let p = decode_params::<RunsExportTranscript>(json!({"runId":"r"})).unwrap();
+        assert_eq!(p.format, None);
+        let p = decode_params::<RunsExportTranscript>(json!({"runId":"r","format":"markdown"}))
+            .unwrap();
+        assert_eq!(p.format, Some(TranscriptFormat::Markdown));
+        assert!(
+            decode_params::<RunsExportTranscript>(json!({"runId":"r","format":"html"})).is_err()
+        );
+    }
+}
