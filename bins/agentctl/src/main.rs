@@ -1,4 +1,5 @@
 //! The `agentctl` binary: parse the configuration, bind, print the listening line, serve until SIGTERM/SIGINT.
+//! Everything else is in the `agentwire-agentctl` library (`crates/agentctl`).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -6,10 +7,21 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Parser as _;
 
+/// At exit, how long agentctl waits for blocking work (fs requests on blocking threads) before exiting anyway.
+const BLOCKING_SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn main() -> ExitCode {
-    let config = agentctl::Config::parse();
-    let filter =
-        tracing_subscriber::EnvFilter::new(format!("{},agentctl={}", "warn", config.log_level));
+    let mut config = agentwire_agentctl::Config::parse();
+    // Every setting is checked before the runtime starts and the port is bound; a bad one is a usage error (2),
+    // like the values clap refuses.
+    if let Err(error) = config.load_token_file().and_then(|()| config.validate()) {
+        eprintln!("agentctl: error: {error:#}");
+        return ExitCode::from(2);
+    }
+    let filter = tracing_subscriber::EnvFilter::new(format!(
+        "warn,agentctl={level},agentwire_agentctl={level}",
+        level = config.log_level
+    ));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -24,7 +36,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(config)) {
+    let outcome = runtime.block_on(serve(config));
+    // Blocking work still stuck (a read the OS never completes) must not keep agentctl from exiting: dropping the
+    // runtime would wait for it forever.
+    runtime.shutdown_timeout(BLOCKING_SHUTDOWN_WAIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("agentctl: {error:#}");
@@ -33,8 +49,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
-    config.validate()?;
+async fn serve(config: agentwire_agentctl::Config) -> anyhow::Result<()> {
     let addr = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -45,7 +60,7 @@ async fn serve(config: agentctl::Config) -> anyhow::Result<()> {
     writeln!(stdout, "agentctl listening on {bound}").context("writing the listening line")?;
     stdout.flush().context("writing the listening line")?;
     drop(stdout);
-    agentctl::run(config, listener, shutdown_signal()).await
+    agentwire_agentctl::run(config, listener, shutdown_signal()).await
 }
 
 /// Resolves at SIGTERM or SIGINT (Ctrl-C).

@@ -87,11 +87,8 @@ async fn health_is_ok_and_errors_use_the_json_shape() {
         "validation_error",
     );
     check_error(
-        ctl.post(
-            "/api/v1/acp/send",
-            &json!({"id": "agentctl-1", "method": "x"}),
-        )
-        .await,
+        ctl.post("/api/v1/acp/send", &json!({"id": 1, "method": "x"}))
+            .await,
         400,
         "validation_error",
     );
@@ -157,7 +154,7 @@ async fn the_token_guards_every_route_but_health() {
     ctl.call_ok("initialize", json!({"protocolVersion": 1}))
         .await;
     let frame = next_json(&mut ws).await;
-    assert_eq!(frame["id"], "agentctl-1");
+    assert_eq!(frame["id"], 1);
 }
 
 #[tokio::test]
@@ -174,7 +171,7 @@ async fn calls_round_trip_and_the_stream_relays_every_agent_message_verbatim() {
     let frame = next_json(&mut ws).await;
     assert_eq!(
         (frame["id"].clone(), frame["result"].clone()),
-        (json!("agentctl-1"), init)
+        (json!(1), init)
     );
     let session = ctl
         .call_ok(
@@ -195,7 +192,7 @@ async fn calls_round_trip_and_the_stream_relays_every_agent_message_verbatim() {
     assert_eq!(update["params"]["sessionId"], session);
     let response = next_json(&mut ws).await;
     assert_eq!(
-        response["id"], "agentctl-3",
+        response["id"], 3,
         "the prompt response follows its update, in order"
     );
     // Agent errors come back as `{"error":…}` with status 200, exactly as sent.
@@ -376,7 +373,7 @@ async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
                       "params": {"sessionId": session, "prompt": [{"type": "text", "text": "wait for cancel"}]}});
     let (status, error) = ctl.post("/api/v1/acp/call", &body).await;
     check_error((status, error.clone()), 504, "timeout");
-    assert_eq!(error["details"]["id"], "agentctl-3");
+    assert_eq!(error["details"]["id"], 3);
     assert_eq!(ctl.status().await["pending_calls"], 0);
     ctl.post(
         "/api/v1/acp/send",
@@ -395,7 +392,7 @@ async fn a_call_times_out_with_504_and_its_late_response_is_dropped() {
     )
     .await;
     let next = next_json(&mut ws).await;
-    assert_eq!(next["id"], "agentctl-4", "{next}");
+    assert_eq!(next["id"], 4, "{next}");
 }
 
 #[tokio::test]
@@ -410,11 +407,16 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
             json!({"sessionId": session, "prompt": [{"type": "text", "text": "x"}]}),
         )
         .await;
-    check_error((status, body), 502, "agent_exited");
+    check_error((status, body.clone()), 502, "agent_exited");
+    assert_eq!(body["details"]["reason"], "exited", "{body}");
     let status = ctl.status().await;
     assert_eq!(
-        (status["agent_status"].clone(), status["exit_code"].clone()),
-        (json!("exited"), json!(3)),
+        (
+            status["agent_status"].clone(),
+            status["exit_code"].clone(),
+            status["unreachable"].clone()
+        ),
+        (json!("exited"), json!(3), json!("exited")),
         "{status}"
     );
     let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
@@ -622,10 +624,7 @@ async fn non_json_stdout_goes_to_the_output_buffer_not_the_stream() {
     ctl.call_ok("initialize", json!({"protocolVersion": 1}))
         .await;
     let first = next_json(&mut ws).await;
-    assert_eq!(
-        first["id"], "agentctl-1",
-        "the banner is not relayed: {first}"
-    );
+    assert_eq!(first["id"], 1, "the banner is not relayed: {first}");
     let (status, output) = ctl.get("/api/v1/output").await;
     assert_eq!(status, 200);
     let lines = output["lines"].as_array().unwrap();
@@ -727,7 +726,7 @@ fn flood_agent(count: u32) -> String {
     let pad = "x".repeat(1000);
     let note =
         format!(r#"{{"jsonrpc":"2.0","method":"session/update","params":{{"pad":"{pad}"}}}}"#);
-    let answer = r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{"flooded":true}}"#;
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":{"flooded":true}}"#;
     let script =
         format!("read -r line; yes '{note}' | head -n {count}; echo '{answer}'; cat >/dev/null");
     format!(
@@ -866,8 +865,18 @@ async fn help_lists_every_variable() {
         "AGENTCTL_AUTO_APPROVE_PERMISSIONS",
         "AGENTCTL_REQUEST_TIMEOUT_MS",
         "AGENTCTL_MAX_MESSAGE_BYTES",
+        "AGENTCTL_AGENT_ENV_MODE",
+        "AGENTCTL_AGENT_ENV",
+        "AGENTCTL_TOKEN_FILE",
+        "AGENTCTL_MAX_STDIN_QUEUE_BYTES",
+        "AGENTCTL_HEADER_READ_TIMEOUT_MS",
+        "AGENTCTL_IDLE_TIMEOUT_MS",
+        "AGENTCTL_MAX_CONNECTIONS",
     ] {
         assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
+    }
+    for phrase in ["minus every AGENTCTL_*", "allowlist"] {
+        assert!(text.contains(phrase), "--help lacks {phrase:?}:\n{text}");
     }
 }
 
@@ -881,7 +890,7 @@ async fn a_public_listen_address_requires_a_token() {
     let status = tokio::time::timeout(support::WAIT, child.wait())
         .await
         .unwrap();
-    assert_eq!(status.code, Some(1));
+    assert_eq!(status.code, Some(2));
     child.stderr_tail().finished().await;
     assert!(
         child
@@ -1003,7 +1012,7 @@ async fn a_bad_workdir_fails_at_boot_before_the_listening_line() {
     let missing = dir.path().join("missing");
     for path in [missing.to_str().unwrap(), file.to_str().unwrap()] {
         let (code, stdout, stderr) = boot_failure(&[("AGENTCTL_WORKDIR", path)]).await;
-        assert_eq!(code, Some(1), "{path}: {stderr}");
+        assert_eq!(code, Some(2), "{path}: {stderr}");
         assert_eq!(stdout, "", "{path}");
         assert!(stderr.contains("AGENTCTL_WORKDIR"), "{path}: {stderr}");
     }
@@ -1026,6 +1035,58 @@ async fn zero_limits_fail_at_boot_with_exit_2() {
             "{variable}: {stderr}"
         );
     }
+}
+
+#[tokio::test]
+async fn every_setting_is_validated_with_exit_2_before_the_listening_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty_token = dir.path().join("empty-token");
+    std::fs::write(&empty_token, "").unwrap();
+    let empty_token = empty_token.to_str().unwrap().to_owned();
+    let huge = u64::MAX.to_string();
+    for env in [
+        vec![("AGENTCTL_SUBSCRIBER_QUEUE", huge.as_str())],
+        vec![("AGENTCTL_SUBSCRIBER_QUEUE", "1048577")],
+        vec![("AGENTCTL_AGENT_REQUEST_TIMEOUT_MS", huge.as_str())],
+        vec![("AGENTCTL_MAX_CONNECTIONS", "0")],
+        vec![("AGENTCTL_AGENT_ENV_MODE", "everything")],
+        vec![("AGENTCTL_TOKEN_FILE", empty_token.as_str())],
+        vec![("AGENTCTL_TOKEN_FILE", "/no/such/token/file")],
+        vec![("AGENTCTL_AGENT_COMMAND", "agent 'unbalanced")],
+    ] {
+        let (code, stdout, stderr) = boot_failure(&env).await;
+        assert_eq!(code, Some(2), "{env:?}: {stderr}");
+        assert_eq!(stdout, "", "{env:?}");
+        assert!(!stderr.contains("panicked"), "{env:?}: {stderr}");
+        assert!(
+            stderr.contains(env[0].0) || stderr.contains("--"),
+            "{env:?}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_token_file_guards_the_api_and_stays_out_of_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "token-from-a-file\n").unwrap();
+    let mut options =
+        Options::agent(env_dump_agent()).env("AGENTCTL_TOKEN_FILE", path.to_str().unwrap());
+    options.token = None;
+    let mut ctl = Agentctl::start(options).await;
+    let (status, _) = ctl.get("/api/v1/status").await;
+    assert_eq!(status, 401, "no token, no status");
+    ctl.token = Some("token-from-a-file".to_owned());
+    assert_eq!(ctl.status().await["agent_status"], "stopped");
+    ctl.start_agent().await;
+    let env = ctl.call_ok("env", json!({})).await;
+    let env = env["env"].as_object().unwrap();
+    assert!(
+        !env.values()
+            .any(|v| v.as_str().is_some_and(|v| v.contains("token-from-a-file"))),
+        "the token reached the agent"
+    );
+    assert!(!env.contains_key("AGENTCTL_TOKEN_FILE"), "{env:?}");
 }
 
 #[tokio::test]
@@ -1067,7 +1128,8 @@ async fn an_oversized_content_length_gets_413_without_waiting_for_the_body() {
     for (length, expect) in [("99999999999", "413"), ("1001", "413")] {
         let mut tcp = tokio::net::TcpStream::connect(&ctl.addr).await.unwrap();
         let head = format!(
-            "POST /api/v1/acp/send HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n"
+            "POST /api/v1/acp/send HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: {length}\r\n\r\n"
         );
         tcp.write_all(head.as_bytes()).await.unwrap();
         let mut answer = vec![0; 12];
@@ -1084,4 +1146,472 @@ async fn an_oversized_content_length_gets_413_without_waiting_for_the_body() {
     // Exactly at the limit the header passes and the body is read (here: 1000 bytes of malformed JSON).
     let (status, body) = ctl.post_raw("/api/v1/acp/send", "x".repeat(1000)).await;
     check_error((status, body), 400, "bad_request");
+}
+
+/// `fixtures/kandev/agent.sh`, the seed's example agent (see the README beside it).
+fn seed_example_agent() -> String {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/kandev/agent.sh");
+    let path = path
+        .canonicalize()
+        .expect("fixtures/kandev/agent.sh exists");
+    format!("{} --acp", support::quote(&path))
+}
+
+#[tokio::test]
+async fn the_seed_example_agent_works_unmodified() {
+    let ctl = Agentctl::start(Options::agent(seed_example_agent())).await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    // The seed's documented calls ("Testing Your Agent"), through /acp/call.
+    let init = ctl
+        .call_ok("initialize", json!({"protocolVersion": "1.0"}))
+        .await;
+    assert_eq!(init["protocolVersion"], "1.0", "{init}");
+    assert_eq!(init["serverInfo"]["name"], "your-agent", "{init}");
+    let frame = next_json(&mut ws).await;
+    assert_eq!(
+        frame["id"],
+        json!(1),
+        "call ids are JSON integers from 1: {frame}"
+    );
+    let session = ctl.call_ok("session/new", json!({})).await;
+    let session = session["sessionId"].as_str().expect("sessionId").to_owned();
+    assert_eq!(session.len(), 36, "a uuid from uuidgen: {session}");
+    assert_eq!(next_json(&mut ws).await["id"], json!(2));
+    let accepted = ctl
+        .call_ok("session/prompt", json!({"message": "test"}))
+        .await;
+    assert_eq!(accepted, json!({"accepted": true}));
+    assert_eq!(next_json(&mut ws).await["id"], json!(3));
+    let progress = next_json(&mut ws).await;
+    assert_eq!(
+        progress["params"],
+        json!({"type": "content", "data": {"text": "Processing: test"}})
+    );
+    let complete = next_json(&mut ws).await;
+    assert_eq!(
+        complete["params"],
+        json!({"type": "complete", "data": {"sessionId": session, "success": true}})
+    );
+    // session/cancel makes it exit 0.
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"method": "session/cancel", "params": {}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let status = ctl
+        .wait_status("the agent exited", |s| s["agent_status"] == "exited")
+        .await;
+    assert_eq!(status["exit_code"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn integer_request_ids_on_send_are_refused_string_ids_pass() {
+    let ctl = Agentctl::acp("echo").await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    for id in [json!(1), json!(-7), json!(0)] {
+        let got = ctl
+            .post(
+                "/api/v1/acp/send",
+                &json!({"id": id, "method": "initialize", "params": {}}),
+            )
+            .await;
+        check_error(got, 400, "validation_error");
+    }
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"id": "1", "method": "initialize", "params": {"protocolVersion": 1}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let response = next_json(&mut ws).await;
+    assert_eq!(response["id"], json!("1"), "{response}");
+    // agentctl's own call 1 does not collide with the subscriber's "1".
+    ctl.call_ok("initialize", json!({"protocolVersion": 1}))
+        .await;
+    assert_eq!(next_json(&mut ws).await["id"], json!(1));
+}
+
+/// An agent that answers its first request (id 1) with its environment as `{"env":{NAME:VALUE,…}}`.
+fn env_dump_agent() -> String {
+    let script = r#"read -r line; env -0 | jq -R -s -c '{jsonrpc:"2.0",id:1,result:{env:([split("\u0000")[]|select(length>0)|capture("^(?<k>[^=]*)=(?<v>.*)$";"s")|{(.k):.v}]|add)}}'; cat >/dev/null"#;
+    format!("sh -c {}", shlex::try_quote(script).expect("quotable"))
+}
+
+async fn agent_env(options: Options) -> serde_json::Map<String, Value> {
+    let ctl = Agentctl::start(
+        options
+            .env("ANTHROPIC_API_KEY", "sk-from-the-container")
+            .env("AGENTCTL_SOMETHING_ELSE", "agentctl's own")
+            .token("secret-token"),
+    )
+    .await;
+    ctl.start_agent().await;
+    let result = ctl.call_ok("env", json!({})).await;
+    result["env"].as_object().expect("env object").clone()
+}
+
+#[tokio::test]
+async fn the_agent_inherits_the_whole_environment_minus_agentctl_variables() {
+    let env = agent_env(Options::agent(env_dump_agent())).await;
+    assert_eq!(env["ANTHROPIC_API_KEY"], "sk-from-the-container", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("AGENTCTL_")).collect();
+    assert!(
+        leaked.is_empty(),
+        "AGENTCTL_* passed to the agent: {leaked:?}"
+    );
+    assert!(
+        !env.values().any(|v| v == "secret-token"),
+        "the token reached the agent"
+    );
+}
+
+#[tokio::test]
+async fn the_strict_allowlist_mode_passes_only_the_os_allowlist_and_named_variables() {
+    let env = agent_env(
+        Options::agent(env_dump_agent())
+            .env("AGENTCTL_AGENT_ENV_MODE", "allowlist")
+            .env("AGENTCTL_AGENT_ENV", "EXTRA_NAMED,AGENTCTL_TOKEN")
+            .env("EXTRA_NAMED", "named"),
+    )
+    .await;
+    assert_eq!(env["EXTRA_NAMED"], "named", "{env:?}");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    assert!(!env.contains_key("ANTHROPIC_API_KEY"), "{env:?}");
+    let leaked: Vec<&String> = env.keys().filter(|k| k.starts_with("AGENTCTL_")).collect();
+    assert!(
+        leaked.is_empty(),
+        "AGENTCTL_* passed to the agent: {leaked:?}"
+    );
+}
+
+fn sh_agent(script: &str) -> String {
+    format!("sh -c {}", shlex::try_quote(script).expect("quotable"))
+}
+
+#[tokio::test]
+async fn a_pending_call_fails_at_once_when_the_agent_closes_its_stdout() {
+    // Reads the request, closes its stdout, keeps running (reading stdin) without ever answering.
+    let ctl = Agentctl::start(Options::agent(sh_agent(
+        "read -r line; exec 1>&-; exec cat >/dev/null",
+    )))
+    .await;
+    ctl.start_agent().await;
+    // The default timeout is 10 minutes; the answer must come long before the harness's 30 s bound.
+    let (status, body) = ctl.call("session/prompt", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    assert_eq!(body["details"]["reason"], "stdout_closed", "{body}");
+    assert_eq!(body["details"]["id"], 1, "{body}");
+    let status = ctl.status().await;
+    assert_eq!(
+        (&status["agent_status"], &status["unreachable"]),
+        (&json!("running"), &json!("stdout_closed")),
+        "{status}"
+    );
+    // Later calls fail at once too; a stop still works and a new start clears the reason.
+    let (status, body) = ctl.call("x", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["unreachable"], "exited", "{body}");
+}
+
+#[tokio::test]
+async fn a_call_fails_at_once_when_the_agent_closed_its_stdin() {
+    let ctl = Agentctl::start(Options::agent(sh_agent(
+        r#"exec 0<&-; echo '{"jsonrpc":"2.0","method":"ready"}'; exec sleep 600"#,
+    )))
+    .await;
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    assert_eq!(next_json(&mut ws).await["method"], "ready");
+    let (status, body) = ctl.call("initialize", json!({})).await;
+    check_error((status, body.clone()), 502, "agent_unreachable");
+    assert_eq!(body["details"]["reason"], "stdin_closed", "{body}");
+    assert_eq!(ctl.status().await["unreachable"], "stdin_closed");
+    let got = ctl
+        .post(
+            "/api/v1/acp/send",
+            &json!({"method": "session/cancel", "params": {}}),
+        )
+        .await;
+    check_error(got, 502, "agent_unreachable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn cross_site_requests_are_refused_and_curl_style_calls_pass() {
+    let ctl = Agentctl::acp("echo").await;
+    // A page's no-preflight POSTs: text/plain, a form, a foreign Origin, a rebound Host.
+    let got = ctl
+        .post_with("/api/v1/start", &[("content-type", "text/plain")], "{}")
+        .await;
+    check_error(got, 415, "unsupported_media_type");
+    let got = ctl
+        .post_with(
+            "/api/v1/acp/call",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            r#"{"method":"initialize"}"#,
+        )
+        .await;
+    check_error(got, 415, "unsupported_media_type");
+    let got = ctl
+        .post_with("/api/v1/start", &[("origin", "http://evil.example")], "")
+        .await;
+    check_error(got, 403, "forbidden");
+    let got = ctl
+        .get_with("/api/v1/status", &[("host", "evil.example:9999")])
+        .await;
+    check_error(got, 403, "forbidden");
+    let got = ctl
+        .post_with("/api/v1/start", &[("origin", "null")], "")
+        .await;
+    check_error(got, 403, "forbidden");
+    assert_eq!(
+        ctl.status().await["agent_status"],
+        "stopped",
+        "nothing started"
+    );
+    // A WebSocket opened from a foreign page is refused too.
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/api/v1/acp/stream",
+            ctl.addr
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("origin", "http://evil.example".parse().unwrap());
+    match tokio_tungstenite::connect_async(request).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 403)
+        }
+        other => panic!(
+            "a foreign websocket must be refused: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    // The seed's documented calls: `curl -X POST …/start` (no body, no content type), then a JSON call; a
+    // loopback page's Origin passes.
+    let (status, body) = ctl.post_with("/api/v1/start", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = ctl
+        .post_with(
+            "/api/v1/acp/call",
+            &[
+                ("content-type", "application/json"),
+                ("origin", "http://localhost:3000"),
+            ],
+            r#"{"method":"initialize","params":{"protocolVersion":1}}"#,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = ctl.get_with("/health", &[("host", "localhost:1234")]).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_half_sent_request_head_is_closed_at_the_header_read_timeout() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_HEADER_READ_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        .await;
+    assert!(!answer.contains("200 OK"), "{answer}");
+    // An idle keep-alive connection is closed the same way, after its first answer.
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let (status, _) = ctl.get("/health").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_stalled_body_gets_408_at_the_idle_timeout() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_IDLE_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = ctl
+        .raw_exchange(
+            b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"method\":",
+        )
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_503_and_health_answers_again_after() {
+    use tokio::io::AsyncWriteExt as _;
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_MAX_CONNECTIONS", "2"),
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = tokio::net::TcpStream::connect(&ctl.addr).await.unwrap();
+        // A complete request on each makes sure the server accepted (and counted) the connection.
+        tcp.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 12];
+        tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut buf)
+            .await
+            .unwrap();
+        assert_eq!(&buf, b"HTTP/1.1 200");
+        held.push(tcp);
+    }
+    let answer = ctl
+        .raw_exchange(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too many connections"), "{answer}");
+    drop(held);
+    // The server sees the closes and frees the slots; /health answers again.
+    tokio::time::timeout(support::WAIT, async {
+        loop {
+            let answer = ctl
+                .raw_exchange(
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+            if answer.starts_with("HTTP/1.1 200") {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("health answers once connections close");
+}
+
+#[tokio::test]
+async fn answers_to_an_agent_that_stops_reading_stay_within_the_stdin_queue_bound() {
+    // Answers `initialize`, then asks 20 times for a 1 MiB file and never reads its stdin again.
+    let script = r#"read -r line
+echo '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1}}'
+dir=$(pwd -P); i=0
+while [ $i -lt 20 ]; do i=$((i+1)); echo '{"jsonrpc":"2.0","id":'$i',"method":"fs/read_text_file","params":{"sessionId":"s","path":"'$dir'/big.txt"}}'; done
+exec sleep 600"#;
+    let limit: u64 = 3 << 20;
+    let ctl = Agentctl::start(
+        Options::agent(sh_agent(script)).env("AGENTCTL_MAX_STDIN_QUEUE_BYTES", limit.to_string()),
+    )
+    .await;
+    std::fs::write(ctl.workdir().join("big.txt"), "x".repeat(1 << 20)).unwrap();
+    ctl.start_agent().await;
+    ctl.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+    )
+    .await;
+    // At most one answer is being written and two more fit the queue: the other 17 (or more) become small errors.
+    let status = ctl
+        .wait_status("the fs answers that do not fit are refused", |s| {
+            s["fs_requests_served"] == 20 && s["fs_refused"].as_u64().is_some_and(|n| n >= 17)
+        })
+        .await;
+    let queued = status["stdin_queued_bytes"].as_u64().unwrap();
+    assert!(queued <= limit, "queued {queued} > limit {limit}: {status}");
+    // A call that does not fit gets 503 instead of growing the queue.
+    let (status, body) = ctl.call("x", json!({"pad": "y".repeat(2 << 20)})).await;
+    check_error((status, body), 503, "unavailable");
+    let (status, body) = ctl.post("/api/v1/stop", &json!({"force": true})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_fifo_in_the_workdir_is_refused_without_blocking_and_sigterm_still_stops_agentctl() {
+    // Asks for the FIFO once, then relays agentctl's answer back as a notification.
+    let script = r#"read -r line
+echo '{"jsonrpc":"2.0","id":1,"result":{}}'
+echo '{"jsonrpc":"2.0","id":"r1","method":"fs/read_text_file","params":{"sessionId":"s","path":"'$(pwd -P)'/fifo"}}'
+read -r answer
+printf '{"jsonrpc":"2.0","method":"answer","params":%s}\n' "$answer"
+exec cat >/dev/null"#;
+    let ctl = Agentctl::start(Options::agent(sh_agent(script))).await;
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        ctl.workdir().join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let mut ws = ctl.ws("/api/v1/acp/stream").await;
+    ctl.start_agent().await;
+    ctl.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": true}}}),
+    )
+    .await;
+    let answer = json_until(&mut ws, |v| v["method"] == "answer").await;
+    assert_eq!(answer["params"]["id"], "r1", "{answer}");
+    assert_eq!(
+        answer["params"]["error"]["data"]["code"], "not_a_file",
+        "{answer}"
+    );
+    let outcome = ctl.terminate().await;
+    assert_eq!(ctl.wait().await.code, Some(0), "{outcome:?}");
+}
+
+/// agentctl's peak resident memory (`VmHWM` of /proc/PID/status), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM line");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM value");
+    kb * 1024
+}
+
+#[tokio::test]
+async fn a_large_frame_fanned_out_to_many_subscribers_is_held_once() {
+    const SUBSCRIBERS: usize = 16;
+    let ctl = Agentctl::acp("huge-update").await;
+    let mut sockets = Vec::new();
+    for _ in 0..SUBSCRIBERS {
+        sockets.push(ctl.ws("/api/v1/acp/stream").await);
+    }
+    ctl.start_agent().await;
+    let session = ctl.open_session().await;
+    ctl.call_ok(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "dump"}]}),
+    )
+    .await;
+    for ws in &mut sockets {
+        let update = json_until(ws, |v| {
+            v["params"]["update"]["sessionUpdate"] == "tool_call_update"
+        })
+        .await;
+        assert_eq!(
+            update["params"]["update"]["content"][0]["content"]["text"]
+                .as_str()
+                .map(str::len),
+            Some(20_000_000)
+        );
+    }
+    let peak = peak_rss(ctl.child.id().expect("agentctl pid"));
+    // One copy per subscriber would be 16 × 20 MB = 320 MB on top of the line itself.
+    let bound = 200 << 20;
+    eprintln!("agentctl peak rss: {} MiB", peak >> 20);
+    assert!(peak < bound, "peak rss {} MiB", peak >> 20);
 }

@@ -153,7 +153,8 @@ async fn a_second_serve_is_refused_and_a_stale_socket_after_sigkill_is_replaced(
     assert_eq!(second.code, 3, "{second:?}");
     assert!(second.stderr.contains("already"), "{second:?}");
 
-    first.child.kill();
+    let pid = rustix::process::Pid::from_raw(first.child.id().expect("pid") as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("send SIGKILL");
     let _ = tokio::time::timeout(RUN_TIMEOUT, first.child.wait()).await;
     assert!(
         descriptor(&host).exists(),

@@ -154,12 +154,53 @@ impl Agentctl {
         respond(request).await
     }
 
-    /// `POST path` with raw bytes.
+    /// `POST path` with raw bytes, declared `application/json`.
     pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
         let request = self
             .authorize(self.http.post(format!("{}{path}", self.base)))
+            .header("content-type", "application/json")
             .body(body);
         respond(request).await
+    }
+
+    /// `POST path` with raw bytes and extra headers (no content type unless given).
+    pub async fn post_with(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .authorize(self.http.post(format!("{}{path}", self.base)))
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        respond(request).await
+    }
+
+    /// `GET path` with extra headers.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut request = self.authorize(self.http.get(format!("{}{path}", self.base)));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        respond(request).await
+    }
+
+    /// Sends `bytes` on a new raw TCP connection and reads until the server closes it (bounded by [`WAIT`]).
+    pub async fn raw_exchange(&self, bytes: &[u8]) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut tcp = tokio::net::TcpStream::connect(&self.addr)
+            .await
+            .expect("connect");
+        tcp.write_all(bytes).await.expect("write");
+        let mut answer = Vec::new();
+        tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer))
+            .await
+            .expect("the server closes the connection in time")
+            .expect("read");
+        String::from_utf8_lossy(&answer).into_owned()
     }
 
     /// `POST /api/v1/start`, expecting 200.

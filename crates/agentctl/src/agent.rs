@@ -19,6 +19,11 @@ use crate::relay::{Relay, RelayStats};
 /// are reported as lost in the output, never silently.
 pub const STDERR_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// When the agent's stdout ends while it still runs, how long agentctl waits for its exit before failing pending
+/// calls as `stdout_closed` (an agent that exits closes stdout a moment before its exit is seen; this lets the
+/// error name the exit instead). Pending calls fail within this bound either way.
+pub const STDOUT_CLOSED_EXIT_GRACE: Duration = Duration::from_millis(500);
+
 /// The agent's lifecycle state, as in `/api/v1/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -37,6 +42,15 @@ pub enum AgentStatus {
     Error,
 }
 
+/// The agent's environment (`AGENTCTL_AGENT_ENV_MODE`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentEnv {
+    /// agentctl's whole environment, read at each start, minus every `AGENTCTL_*` variable.
+    Inherit,
+    /// `agentwire-process`'s OS allowlist plus these names (never `AGENTCTL_*` ones).
+    Allowlist(Vec<String>),
+}
+
 /// What the supervisor needs from the configuration.
 #[derive(Clone, Debug)]
 pub struct AgentSettings {
@@ -44,8 +58,8 @@ pub struct AgentSettings {
     pub argv: Vec<String>,
     /// Its working directory.
     pub workdir: PathBuf,
-    /// Extra environment variable names copied from agentctl's environment.
-    pub env_names: Vec<String>,
+    /// How the agent's environment is built.
+    pub env: AgentEnv,
     /// Largest stdout line (JSON-RPC message) in bytes.
     pub max_message_bytes: usize,
     /// Longest output-buffer line in bytes.
@@ -197,13 +211,18 @@ impl Supervisor {
         command
             .args(args)
             .current_dir(&settings.workdir)
-            .inherit_os_env()
-            .inherit_env(&settings.env_names)
             .stdout_jsonl(agentwire_jsonl::Limits {
                 max_line_bytes: settings.max_message_bytes,
                 max_preview_bytes: settings.max_output_line_bytes,
             })
             .config(config);
+        match &settings.env {
+            // An explicit full environment: `Command` starts empty and takes every entry given.
+            AgentEnv::Inherit => command.envs(
+                std::env::vars_os().filter(|(name, _)| !crate::config::is_agentctl_variable(name)),
+            ),
+            AgentEnv::Allowlist(names) => command.inherit_os_env().inherit_env(names),
+        };
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return Err(self.spawn_failed(error.to_string(), error.code())),
@@ -228,7 +247,7 @@ impl Supervisor {
         tracing::info!(pid = ?handle.id(), program = %program, "agent started");
         let supervisor = self.clone();
         tokio::spawn(async move {
-            let reader = tokio::spawn(read_stdout(
+            let mut reader = tokio::spawn(read_stdout(
                 stdout,
                 supervisor.relay.clone(),
                 supervisor.output.clone(),
@@ -238,9 +257,28 @@ impl Supervisor {
                 supervisor.output.clone(),
                 supervisor.settings.max_output_line_bytes,
             ));
-            let status = child.wait().await;
+            let mut reader_done = false;
+            let status = tokio::select! {
+                status = child.wait() => status,
+                joined = &mut reader => {
+                    reader_done = true;
+                    if let Err(error) = joined {
+                        tracing::warn!(%error, "stdout reader task failed");
+                    }
+                    // Stdout ended first. An exiting agent's exit follows at once: wait a moment so the error names
+                    // the exit; otherwise the agent lives on without a stdout and can never answer.
+                    match tokio::time::timeout(STDOUT_CLOSED_EXIT_GRACE, child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            tracing::warn!("the agent closed its stdout but still runs: failing pending calls");
+                            supervisor.relay.agent_stdout_closed();
+                            child.wait().await
+                        }
+                    }
+                }
+            };
             // Let output already in flight land before pending calls fail (bounded by the drain window).
-            if let Err(error) = reader.await {
+            if !reader_done && let Err(error) = reader.await {
                 tracing::warn!(%error, "stdout reader task failed");
             }
             if let Err(error) = stderr.await {

@@ -5,7 +5,7 @@
 //! `fs/*` runs on a blocking thread. So the agent's reader is never blocked by a subscriber or an HTTP client.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::envelope;
@@ -22,7 +22,21 @@ use crate::fs::FsService;
 use crate::hub::{Hub, HubLimits, SubscriberRx};
 use crate::router::{
     Action, CallId, CallReply, FsRequest, Router, RouterError, RouterLimits, RouterStats,
+    Unreachable,
 };
+
+/// How far answers agentctl owes the agent (fail-closed answers, auto-approvals, fs errors) may go past
+/// `AGENTCTL_MAX_STDIN_QUEUE_BYTES`, so a small error still reaches an agent whose queue is full of large lines;
+/// beyond it they are dropped and counted in [`RelayStats::stdin_dropped_lines`].
+pub const ANSWER_RESERVE_BYTES: usize = 64 * 1024;
+
+/// `fs/*` requests served at once (each may hold a file of up to `AGENTCTL_MAX_MESSAGE_BYTES` in memory); one more
+/// is answered at once with JSON-RPC error -32603 `fs_busy`.
+pub const MAX_FS_IN_FLIGHT: usize = 4;
+
+/// Bytes of JSON-RPC envelope an `/acp/call` line may add to its HTTP body (`"jsonrpc":"2.0","id":N`): the
+/// stdin-queue check of a call uses the body length plus this.
+pub const CALL_ENVELOPE_BYTES: usize = 64;
 
 /// Counters and gauges for `/api/v1/status`.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -37,23 +51,31 @@ pub struct RelayStats {
     pub dropped_subscribers: u64,
     /// Bytes queued for the agent's stdin.
     pub stdin_queued_bytes: usize,
+    /// Lines for the agent's stdin dropped because even the reserve was full (it is not reading).
+    pub stdin_dropped_lines: u64,
+    /// fs answers replaced by an error because they did not fit the stdin queue, or refused as `fs_busy`.
+    pub fs_refused: u64,
+    /// Why the current (or last) agent run can no longer answer calls: `null` while it can, else `exited`,
+    /// `stdout_closed` (it closed its stdout but still runs) or `stdin_closed` (a write to its stdin failed).
+    pub unreachable: Option<Unreachable>,
     /// The router's counters.
     #[serde(flatten)]
     pub router: RouterStats,
 }
 
-/// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent).
+/// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent). Each line
+/// may belong to an `/acp/call`, which fails at once when its line cannot be written.
 #[derive(Clone, Debug)]
 struct Writer {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<(Bytes, Option<CallId>)>,
     queued: Arc<AtomicUsize>,
 }
 
 impl Writer {
-    fn push(&self, line: Bytes) {
+    fn push(&self, line: Bytes, call: Option<CallId>) {
         let len = line.len();
         self.queued.fetch_add(len, Ordering::Relaxed);
-        if self.tx.send(line).is_err() {
+        if self.tx.send((line, call)).is_err() {
             self.queued.fetch_sub(len, Ordering::Relaxed);
             tracing::debug!("dropping a line for the agent: its stdin writer has ended");
         }
@@ -61,6 +83,12 @@ impl Writer {
 
     fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Whether `len` more bytes fit under `limit` (a line of any size fits an empty queue).
+    fn fits(&self, len: usize, limit: usize) -> bool {
+        let queued = self.queued();
+        queued == 0 || queued.saturating_add(len) <= limit
     }
 }
 
@@ -70,6 +98,7 @@ struct State {
     waiters: HashMap<CallId, oneshot::Sender<CallReply>>,
     hub: Hub,
     writer: Option<Writer>,
+    unreachable: Option<Unreachable>,
 }
 
 /// The relay between one agent's stdio and many HTTP/WebSocket clients.
@@ -78,8 +107,11 @@ pub struct Relay {
     state: Mutex<State>,
     timer: Notify,
     fs: FsService,
-    /// Refuse new calls/sends while this many bytes wait for the agent's stdin (it is not reading).
+    /// `AGENTCTL_MAX_STDIN_QUEUE_BYTES`: calls and sends that do not fit get 503; see [`ANSWER_RESERVE_BYTES`].
     max_stdin_queue_bytes: usize,
+    fs_slots: Arc<Semaphore>,
+    stdin_dropped_lines: AtomicU64,
+    fs_refused: AtomicU64,
 }
 
 /// A started `/acp/call`; await [`PendingCall::wait`]. Dropping it abandons the call (its late response is dropped).
@@ -105,25 +137,23 @@ impl PendingCall {
         };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(CallReply::Response(body))) => Ok(body),
-            Ok(Ok(CallReply::AgentExited) | Err(_)) => Err(ApiError::new(
-                ErrorKind::AgentExited,
-                "the agent exited before answering",
-            )
-            .with_details(serde_json::json!({"method": self.method, "id": self.wire_id()}))),
+            Ok(Ok(CallReply::Unreachable(why))) => Err(unreachable_error(why)
+                .with_details(
+                    serde_json::json!({"method": self.method, "id": self.call, "reason": why}),
+                )),
+            Ok(Err(_)) => Err(unreachable_error(Unreachable::Exited).with_details(
+                serde_json::json!({"method": self.method, "id": self.call, "reason": Unreachable::Exited}),
+            )),
             Err(_) => Err(
                 ApiError::new(ErrorKind::Timeout, "the agent did not answer in time").with_details(
                     serde_json::json!({
                         "method": self.method,
-                        "id": self.wire_id(),
+                        "id": self.call,
                         "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     }),
                 ),
             ),
         }
-    }
-
-    fn wire_id(&self) -> String {
-        format!("{}{}", crate::config::CALL_ID_PREFIX, self.call)
     }
 }
 
@@ -150,10 +180,14 @@ impl Relay {
                 waiters: HashMap::new(),
                 hub: Hub::new(hub),
                 writer: None,
+                unreachable: None,
             }),
             timer: Notify::new(),
             fs,
             max_stdin_queue_bytes,
+            fs_slots: Arc::new(Semaphore::new(MAX_FS_IN_FLIGHT)),
+            stdin_dropped_lines: AtomicU64::new(0),
+            fs_refused: AtomicU64::new(0),
         })
     }
 
@@ -185,23 +219,56 @@ impl Relay {
 
     /// A new agent run: its stdin gets a writer task; the router forgets the previous run.
     pub fn agent_started(self: &Arc<Self>, stdin: agentwire_process::Stdin) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<CallId>)>();
         let queued = Arc::new(AtomicUsize::new(0));
         let writer = Writer {
             tx,
             queued: queued.clone(),
         };
+        let relay = Arc::downgrade(self);
         tokio::spawn(async move {
-            while let Some(line) = rx.recv().await {
+            while let Some((line, call)) = rx.recv().await {
                 queued.fetch_sub(line.len(), Ordering::Relaxed);
                 if let Err(error) = stdin.write_line(&line).await {
                     tracing::warn!(code = error.code(), %error, "writing to the agent's stdin failed");
+                    if let Some(relay) = relay.upgrade() {
+                        relay.stdin_failed(call);
+                    }
                 }
             }
         });
         let mut state = self.lock();
         state.router.agent_started();
         state.writer = Some(writer);
+        state.unreachable = None;
+    }
+
+    /// A write to the agent's stdin failed (after any error its stdin is closed): the call whose request it was
+    /// fails at once, and later calls and sends get 502 until the next start.
+    fn stdin_failed(self: &Arc<Self>, call: Option<CallId>) {
+        let mut state = self.lock();
+        if state.writer.is_none() {
+            // Stopping or exited: the exit fails what is left.
+            if let Some(call) = call {
+                state.router.fail_call(call, Unreachable::StdinClosed);
+                self.execute(&mut state);
+            }
+            return;
+        }
+        state.unreachable.get_or_insert(Unreachable::StdinClosed);
+        if let Some(call) = call {
+            state.router.fail_call(call, Unreachable::StdinClosed);
+        }
+        self.execute(&mut state);
+    }
+
+    /// The agent closed its stdout but still runs: no answer can arrive, so every pending call fails at once
+    /// (502, `stdout_closed`) and later calls get 502 until the next start.
+    pub fn agent_stdout_closed(self: &Arc<Self>) {
+        let mut state = self.lock();
+        state.unreachable.get_or_insert(Unreachable::StdoutClosed);
+        state.router.fail_calls(Unreachable::StdoutClosed);
+        self.execute(&mut state);
     }
 
     /// The agent is being stopped: new calls and sends get 409; queued lines still go out.
@@ -214,6 +281,7 @@ impl Relay {
     pub fn agent_exited(self: &Arc<Self>, final_frame: &str) {
         let mut state = self.lock();
         state.writer = None;
+        state.unreachable = Some(Unreachable::Exited);
         state.router.agent_exited();
         self.execute(&mut state);
         state.hub.broadcast(&Utf8Bytes::from(final_frame));
@@ -245,7 +313,8 @@ impl Relay {
         params: Option<&RawValue>,
     ) -> Result<PendingCall, ApiError> {
         let mut state = self.lock();
-        self.check_writable(&state)?;
+        let line_len = method.len() + params.map_or(0, |p| p.get().len()) + CALL_ENVELOPE_BYTES;
+        self.check_writable(&state, true, line_len)?;
         let call = state
             .router
             .begin_call(method, params)
@@ -274,7 +343,7 @@ impl Relay {
             ));
         }
         let mut state = self.lock();
-        self.check_writable(&state)?;
+        self.check_writable(&state, false, body.len() + CALL_ENVELOPE_BYTES)?;
         state
             .router
             .handle_client_message(body)
@@ -325,22 +394,34 @@ impl Relay {
             subscribers: state.hub.len(),
             dropped_subscribers: state.hub.dropped_slow(),
             stdin_queued_bytes: state.writer.as_ref().map_or(0, Writer::queued),
+            stdin_dropped_lines: self.stdin_dropped_lines.load(Ordering::Relaxed),
+            fs_refused: self.fs_refused.load(Ordering::Relaxed),
+            unreachable: state.unreachable,
             router: state.router.stats(),
         }
     }
 
-    fn check_writable(&self, state: &State) -> Result<(), ApiError> {
+    fn check_writable(&self, state: &State, call: bool, line_len: usize) -> Result<(), ApiError> {
         let Some(writer) = &state.writer else {
             return Err(ApiError::new(ErrorKind::Conflict, "agent is not running"));
         };
+        match state.unreachable {
+            Some(why @ Unreachable::StdinClosed) => {
+                return Err(unreachable_error(why).with_details(serde_json::json!({"reason": why})));
+            }
+            Some(why @ Unreachable::StdoutClosed) if call => {
+                return Err(unreachable_error(why).with_details(serde_json::json!({"reason": why})));
+            }
+            _ => {}
+        }
         let queued = writer.queued();
-        if queued >= self.max_stdin_queue_bytes {
+        if !writer.fits(line_len, self.max_stdin_queue_bytes) {
             return Err(ApiError::new(
                 ErrorKind::Unavailable,
                 "the agent is not reading its stdin",
             )
             .with_details(
-                serde_json::json!({"queued_bytes": queued, "limit": self.max_stdin_queue_bytes}),
+                serde_json::json!({"queued_bytes": queued, "line_bytes": line_len, "limit": self.max_stdin_queue_bytes}),
             ));
         }
         Ok(())
@@ -373,25 +454,68 @@ impl Relay {
                     }
                 }
                 Action::WriteToAgent(line) => match &state.writer {
-                    Some(writer) => writer.push(line),
+                    Some(writer) => {
+                        self.push_bounded(writer, line);
+                    }
                     None => tracing::debug!("agent not running: dropping a line for it"),
                 },
+                Action::WriteCall { call, line } => match &state.writer {
+                    Some(writer) => writer.push(line, Some(call)),
+                    None => tracing::debug!("agent not running: dropping a call for it"),
+                },
                 Action::ServeFs(request) => match &state.writer {
-                    Some(writer) => self.serve_fs(request, writer.clone()),
+                    Some(writer) => {
+                        let writer = writer.clone();
+                        self.serve_fs(request, writer);
+                    }
                     None => tracing::debug!("agent not running: not serving an fs request"),
                 },
             }
         }
     }
 
-    fn serve_fs(&self, request: FsRequest, writer: Writer) {
+    /// Queues a line within the stdin limit plus [`ANSWER_RESERVE_BYTES`]; drops and counts it otherwise.
+    fn push_bounded(&self, writer: &Writer, line: Bytes) {
+        if writer.fits(
+            line.len(),
+            self.max_stdin_queue_bytes
+                .saturating_add(ANSWER_RESERVE_BYTES),
+        ) {
+            writer.push(line, None);
+            return;
+        }
+        self.stdin_dropped_lines.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            bytes = line.len(),
+            queued = writer.queued(),
+            "the agent is not reading its stdin: dropping a line for it"
+        );
+    }
+
+    /// Serves an `fs/*` request on a blocking thread (at most [`MAX_FS_IN_FLIGHT`] at once) and queues the answer;
+    /// an answer that does not fit the stdin queue is replaced by a small error.
+    fn serve_fs(self: &Arc<Self>, request: FsRequest, writer: Writer) {
+        let Ok(permit) = self.fs_slots.clone().try_acquire_owned() else {
+            self.fs_refused.fetch_add(1, Ordering::Relaxed);
+            let data = serde_json::json!({"code": "fs_busy", "limit": MAX_FS_IN_FLIGHT});
+            let line = envelope::error_line(
+                &request.id,
+                crate::fs::INTERNAL_ERROR,
+                "too many fs requests in progress",
+                Some(&data),
+            );
+            self.push_bounded(&writer, Bytes::from(line));
+            return;
+        };
         let fs = self.fs.clone();
+        let relay = self.clone();
         tokio::spawn(async move {
             let id = request.id.clone();
             let method = request.method;
             let outcome =
                 tokio::task::spawn_blocking(move || fs.serve(request.method, &request.params))
                     .await;
+            drop(permit);
             let line = match outcome {
                 Ok(Ok(result)) => envelope::result_line(&id, &result),
                 Ok(Err(error)) => {
@@ -406,8 +530,41 @@ impl Relay {
                     None,
                 ),
             };
-            writer.push(Bytes::from(line));
+            if writer.fits(line.len(), relay.max_stdin_queue_bytes) {
+                writer.push(Bytes::from(line), None);
+                return;
+            }
+            relay.fs_refused.fetch_add(1, Ordering::Relaxed);
+            let data = serde_json::json!({
+                "code": "stdin_queue_full",
+                "answer_bytes": line.len(),
+                "limit": relay.max_stdin_queue_bytes,
+            });
+            let error = envelope::error_line(
+                &id,
+                crate::fs::INTERNAL_ERROR,
+                "the answer does not fit agentctl's queue to the agent's stdin (the agent is not reading it)",
+                Some(&data),
+            );
+            relay.push_bounded(&writer, Bytes::from(error));
         });
+    }
+}
+
+/// The 502 for a call the agent can no longer answer.
+fn unreachable_error(why: Unreachable) -> ApiError {
+    match why {
+        Unreachable::Exited => {
+            ApiError::new(ErrorKind::AgentExited, "the agent exited before answering")
+        }
+        Unreachable::StdoutClosed => ApiError::new(
+            ErrorKind::AgentUnreachable,
+            "the agent closed its stdout: it can no longer answer",
+        ),
+        Unreachable::StdinClosed => ApiError::new(
+            ErrorKind::AgentUnreachable,
+            "the agent's stdin is closed: the request could not be written",
+        ),
     }
 }
 

@@ -15,7 +15,6 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::config::CALL_ID_PREFIX;
 use crate::envelope::{self, Envelope, Outcome};
 
 /// JSON-RPC error code "method not found" (JSON-RPC 2.0 §5.1).
@@ -26,7 +25,16 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// The ACP method whose unanswered requests fail closed with `{"outcome":{"outcome":"cancelled"}}`.
 pub const REQUEST_PERMISSION: &str = "session/request_permission";
 
-/// Number of an `/acp/call`; its JSON-RPC id on the wire is `"agentctl-<n>"` (see [`CALL_ID_PREFIX`]).
+/// Number of an `/acp/call`; its JSON-RPC id on the wire is the JSON integer `n` (1, 2, 3, …), as Kandev's relay
+/// (the ACP Go SDK's connection) numbers its requests. The seed's example `agent.sh` splices the id into its reply
+/// unquoted, so a string id would break it.
+///
+/// Id spaces (they cannot collide):
+/// - requests agentctl writes to the agent (`/acp/call`): integers, from this counter only;
+/// - requests a subscriber writes through `/acp/send`: strings only (an integer id there is refused with
+///   [`RouterError::ReservedId`]), so the agent's responses are told apart by the id's JSON type;
+/// - requests the agent sends: the agent's own ids, in the other direction; JSON-RPC matches a response to a
+///   request of the same sender only, and agentctl routes `/acp/send` answers to them by the agent's id verbatim.
 pub type CallId = u64;
 
 /// The router's bounds. Every field has a default; see each field.
@@ -68,6 +76,14 @@ pub enum Action {
     },
     /// Write this JSON-RPC message (one line, no newline) to the agent's stdin.
     WriteToAgent(Bytes),
+    /// Write the request of `/acp/call` number `call` to the agent's stdin; when the write fails, the call can never
+    /// be answered: fail it with [`Router::fail_call`] and [`Unreachable::StdinClosed`].
+    WriteCall {
+        /// The call.
+        call: CallId,
+        /// The request line (no newline).
+        line: Bytes,
+    },
     /// Serve this `fs/*` request inside the workdir and answer it (`fs.rs`).
     ServeFs(FsRequest),
 }
@@ -77,8 +93,33 @@ pub enum Action {
 pub enum CallReply {
     /// The agent answered: the HTTP body `{"result":…}` or `{"error":{…}}` with the agent's member verbatim.
     Response(Bytes),
-    /// The agent exited first (HTTP 502).
-    AgentExited,
+    /// The agent can no longer answer (HTTP 502): it exited, or closed the pipe the request or its answer needs.
+    Unreachable(Unreachable),
+}
+
+/// Why the agent can no longer answer a call; reported in `/api/v1/status` as `unreachable` and in a 502's
+/// `details.reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unreachable {
+    /// The agent process exited.
+    Exited,
+    /// The agent closed its stdout (or a grandchild holding it let go) while it still runs: no answer can arrive.
+    StdoutClosed,
+    /// Writing to the agent's stdin failed (it closed stdin or stopped reading for good): the request never
+    /// arrived.
+    StdinClosed,
+}
+
+impl Unreachable {
+    /// Stable snake_case code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unreachable::Exited => "exited",
+            Unreachable::StdoutClosed => "stdout_closed",
+            Unreachable::StdinClosed => "stdin_closed",
+        }
+    }
 }
 
 /// An `fs/*` request agentctl serves itself.
@@ -136,9 +177,9 @@ pub enum RouterError {
         /// The limit.
         limit: usize,
     },
-    /// A request sent on `/acp/send` uses an id of agentctl's own `"agentctl-…"` space.
+    /// A request sent on `/acp/send` uses an integer id: integers are agentctl's own `/acp/call` id space.
     #[error(
-        "request id {id} is reserved for agentctl's own calls (ids starting with \"agentctl-\")"
+        "request id {id} is reserved for /api/v1/acp/call (integer ids); use a string id on /api/v1/acp/send"
     )]
     ReservedId {
         /// The id, as JSON text.
@@ -288,22 +329,41 @@ impl Router {
         self.agent_requests.clear();
     }
 
-    /// The agent exited: every pending call completes with [`CallReply::AgentExited`]; pending agent requests are
-    /// forgotten (nobody is left to answer); the fs capability is reset.
+    /// The agent exited: every pending call completes with [`CallReply::Unreachable`] ([`Unreachable::Exited`]);
+    /// pending agent requests are forgotten (nobody is left to answer); the fs capability is reset.
     pub fn agent_exited(&mut self) {
+        self.fail_calls(Unreachable::Exited);
+        self.agent_requests.clear();
+        self.fs = FsCapability::default();
+    }
+
+    /// The agent can no longer answer (`why`): every pending call completes with [`CallReply::Unreachable`], in
+    /// call order.
+    pub fn fail_calls(&mut self, why: Unreachable) {
         let mut calls: Vec<CallId> = self.calls.drain().map(|(call, ())| call).collect();
         calls.sort_unstable();
         for call in calls {
             self.actions.push_back(Action::CompleteCall {
                 call,
-                reply: CallReply::AgentExited,
+                reply: CallReply::Unreachable(why),
             });
         }
-        self.agent_requests.clear();
-        self.fs = FsCapability::default();
     }
 
-    /// Starts an `/acp/call`: assigns the id `"agentctl-<n>"` and queues the request line for the agent.
+    /// One call can never be answered (its request could not be written): it completes with
+    /// [`CallReply::Unreachable`]. Returns whether it was pending.
+    pub fn fail_call(&mut self, call: CallId, why: Unreachable) -> bool {
+        if self.calls.remove(&call).is_none() {
+            return false;
+        }
+        self.actions.push_back(Action::CompleteCall {
+            call,
+            reply: CallReply::Unreachable(why),
+        });
+        true
+    }
+
+    /// Starts an `/acp/call`: assigns the integer id `n` and queues the request line for the agent.
     ///
     /// `params` is forwarded verbatim (whitespace between tokens removed). An `initialize` request that advertises
     /// `clientCapabilities.fs.readTextFile`/`writeTextFile` turns on local `fs/*` serving.
@@ -326,10 +386,12 @@ impl Router {
         self.next_call += 1;
         self.calls.insert(call, ());
         self.observe_client_request(method, params);
-        let id = format!("\"{CALL_ID_PREFIX}{call}\"");
+        let id = call.to_string();
         let line = envelope::request_line(Some(&id), method, params);
-        self.actions
-            .push_back(Action::WriteToAgent(Bytes::from(line)));
+        self.actions.push_back(Action::WriteCall {
+            call,
+            line: Bytes::from(line),
+        });
         Ok(call)
     }
 
@@ -368,7 +430,7 @@ impl Router {
                     });
                 }
                 check_method_and_params(&method, params)?;
-                if call_number(id.get()).is_some() || is_reserved_id(id.get()) {
+                if is_reserved_id(id.get()) {
                     return Err(RouterError::ReservedId {
                         id: id.get().to_owned(),
                     });
@@ -617,7 +679,6 @@ impl Router {
     }
 }
 
-/// The call number of an id in agentctl's space (`"agentctl-<n>"`), if it is one.
 /// A client request's method is not empty and its params, when present, are an object or an array
 /// (JSON-RPC 2.0 §4.2: "params … MUST be a Structured value").
 fn check_method_and_params(method: &str, params: Option<&RawValue>) -> Result<(), RouterError> {
@@ -646,14 +707,20 @@ fn is_integer_or_string(id: &str) -> bool {
     }
 }
 
+/// The call number of an id in agentctl's space (a JSON integer that fits a [`CallId`]), if it is one.
 fn call_number(id: &str) -> Option<CallId> {
-    let text: String = serde_json::from_str(id).ok()?;
-    text.strip_prefix(CALL_ID_PREFIX)?.parse().ok()
+    let id = id.trim();
+    if !id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    id.parse().ok()
 }
 
-/// Whether an id is a string in agentctl's space, whatever follows the prefix.
+/// Whether an id is a JSON integer (any sign or size): agentctl's `/acp/call` space, not for subscribers.
 fn is_reserved_id(id: &str) -> bool {
-    serde_json::from_str::<String>(id).is_ok_and(|text| text.starts_with(CALL_ID_PREFIX))
+    let id = id.trim();
+    let digits = id.strip_prefix('-').unwrap_or(id);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A canonical text for an id, so that `"a"` and `"\u0061"` (or `1` with different spacing) match.
@@ -748,9 +815,11 @@ mod tests {
                     }
                     Action::CompleteCall {
                         call,
-                        reply: CallReply::AgentExited,
-                    } => format!("complete {call} exited"),
-                    Action::WriteToAgent(b) => format!("write {}", String::from_utf8_lossy(&b)),
+                        reply: CallReply::Unreachable(why),
+                    } => format!("complete {call} {}", why.as_str()),
+                    Action::WriteToAgent(b) | Action::WriteCall { line: b, .. } => {
+                        format!("write {}", String::from_utf8_lossy(&b))
+                    }
                     Action::ServeFs(r) => format!("fs {} {} {}", r.method.as_str(), r.id, r.params),
                 })
                 .collect()
@@ -808,11 +877,10 @@ mod tests {
         check(
             actions,
             &[
-                r#"write {"jsonrpc":"2.0","id":"agentctl-1","method":"initialize","params":{"protocolVersion":1}}"#,
+                r#"write {"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#,
             ],
         );
-        let response =
-            r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{"protocolVersion":1, "n":1.50}}"#;
+        let response = r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":1, "n":1.50}}"#;
         check(
             h.agent(response, 0),
             &[
@@ -822,8 +890,7 @@ mod tests {
         );
         assert_eq!(h.router.pending_calls(), 0);
         let (call, _) = h.call("session/new", None).unwrap();
-        let error =
-            r#"{"jsonrpc":"2.0","id":"agentctl-2","error":{"code":-32602,"message":"bad"}}"#;
+        let error = r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad"}}"#;
         check(
             h.agent(error, 0),
             &[
@@ -838,19 +905,14 @@ mod tests {
         let mut h = Harness::new(RouterLimits::default(), false);
         let (call, _) = h.call("session/prompt", Some("{}")).unwrap();
         assert!(h.router.abandon_call(call));
+        check(h.agent(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 0), &[]);
+        check(h.agent(r#"{"jsonrpc":"2.0","id":99,"result":{}}"#, 0), &[]);
+        check(h.agent(r#"{"jsonrpc":"2.0","id":-3,"result":{}}"#, 0), &[]);
+        assert_eq!(h.router.stats().late_responses, 3);
+        // Responses to a subscriber's own (string-id) requests are relayed.
         check(
-            h.agent(r#"{"jsonrpc":"2.0","id":"agentctl-1","result":{}}"#, 0),
-            &[],
-        );
-        check(
-            h.agent(r#"{"jsonrpc":"2.0","id":"agentctl-99x","result":{}}"#, 0),
-            &[],
-        );
-        assert_eq!(h.router.stats().late_responses, 2);
-        // Responses to a subscriber's own requests are relayed.
-        check(
-            h.agent(r#"{"jsonrpc":"2.0","id":5,"result":{}}"#, 0),
-            &[r#"broadcast {"jsonrpc":"2.0","id":5,"result":{}}"#],
+            h.agent(r#"{"jsonrpc":"2.0","id":"5","result":{}}"#, 0),
+            &[r#"broadcast {"jsonrpc":"2.0","id":"5","result":{}}"#],
         );
     }
 
@@ -869,7 +931,7 @@ mod tests {
         assert_eq!(err, RouterError::TooManyPendingCalls { limit: 2 });
         assert_eq!(err.code(), "too_many_pending_calls");
         check(h.actions(), &[]);
-        h.agent(r#"{"id":"agentctl-1","result":null}"#, 0);
+        h.agent(r#"{"id":1,"result":null}"#, 0);
         h.call("c", None).unwrap();
     }
 
@@ -881,6 +943,28 @@ mod tests {
         h.router.agent_exited();
         check(h.actions(), &["complete 1 exited", "complete 2 exited"]);
         assert_eq!(h.router.pending_calls(), 0);
+    }
+
+    #[test]
+    fn closed_pipes_fail_pending_calls_at_once() {
+        let mut h = Harness::new(RouterLimits::default(), false);
+        h.call("a", None).unwrap();
+        h.call("b", None).unwrap();
+        h.call("c", None).unwrap();
+        assert!(h.router.fail_call(2, Unreachable::StdinClosed));
+        assert!(
+            !h.router.fail_call(2, Unreachable::StdinClosed),
+            "only once"
+        );
+        check(h.actions(), &["complete 2 stdin_closed"]);
+        h.router.fail_calls(Unreachable::StdoutClosed);
+        check(
+            h.actions(),
+            &["complete 1 stdout_closed", "complete 3 stdout_closed"],
+        );
+        // A response after that is late.
+        check(h.agent(r#"{"id":1,"result":{}}"#, 0), &[]);
+        assert_eq!(h.router.stats().late_responses, 1);
     }
 
     #[test]
@@ -1066,8 +1150,12 @@ mod tests {
             &[r#"write {"jsonrpc":"2.0","id":"mine-1","method":"session/list"}"#],
         );
         for (body, code) in [
-            (r#"{"id":"agentctl-3","method":"x"}"#, "reserved_id"),
-            (r#"{"id":"agentctl-anything","method":"x"}"#, "reserved_id"),
+            (r#"{"id":3,"method":"x"}"#, "reserved_id"),
+            (r#"{"id":-1,"method":"x"}"#, "reserved_id"),
+            (
+                r#"{"id":123456789012345678901234567890,"method":"x"}"#,
+                "reserved_id",
+            ),
             (r#"{"id":9,"result":{}}"#, "no_pending_request"),
             (
                 r#"{"id":9,"error":{"message":"no code"}}"#,
@@ -1116,9 +1204,11 @@ mod tests {
         }
         assert_eq!(h.call("", None).unwrap_err().code(), "empty_method");
         check(h.actions(), &[]);
-        check(
-            h.send(r#"{"id":-7,"method":"x","params":[]}"#).unwrap(),
-            &[r#"write {"jsonrpc":"2.0","id":-7,"method":"x","params":[]}"#],
+        assert_eq!(
+            h.send(r#"{"id":-7,"method":"x","params":[]}"#)
+                .unwrap_err()
+                .code(),
+            "reserved_id"
         );
         check(
             h.send(r#"{"id":"s","method":"x","params":{}}"#).unwrap(),

@@ -17,7 +17,11 @@ pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// WebSocket close code 1008 (policy violation): the subscriber fell behind.
 pub const CLOSE_POLICY: u16 = 1008;
 
-/// The hub's bounds.
+/// The hub's bounds, built from the configuration by `Config::hub_limits` (no `Default` here: the defaults are
+/// the parsed configuration's, tested there).
+///
+/// A message fanned out to many subscribers is one shared buffer (`Bytes`); each subscriber's byte bound counts
+/// what that subscriber pins, while memory holds the message once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HubLimits {
     /// Messages queued per subscriber (`AGENTCTL_SUBSCRIBER_QUEUE`, default 4096); one more drops the subscriber
@@ -28,16 +32,6 @@ pub struct HubLimits {
     pub queue_bytes: usize,
     /// Subscribers at once (`AGENTCTL_MAX_SUBSCRIBERS`, default 64); one more is refused (HTTP 503).
     pub max_subscribers: usize,
-}
-
-impl Default for HubLimits {
-    fn default() -> Self {
-        Self {
-            queue_messages: 4096,
-            queue_bytes: 256 * 1024 * 1024,
-            max_subscribers: 64,
-        }
-    }
 }
 
 /// Why and how a subscriber's socket is to be closed.
@@ -323,19 +317,6 @@ mod tests {
                 code: CLOSE_NORMAL,
                 reason: "agent exited".into()
             })
-        );
-    }
-
-    #[test]
-    fn default_limits_match_the_documented_defaults() {
-        let defaults = HubLimits::default();
-        assert_eq!(
-            (
-                defaults.queue_messages,
-                defaults.queue_bytes,
-                defaults.max_subscribers
-            ),
-            (4096, 268_435_456, 64)
         );
     }
 

@@ -1,7 +1,9 @@
 //! The HTTP error shape: `{"error":"conflict","message":"agent is already running","details":{…},"http_status":409}`.
 //!
 //! Source: `protocols/agentctl.md` ("HTTP API"). Codes beyond the note's list: `method_not_allowed` 405,
-//! `payload_too_large` 413, `agent_exited` 502 (the agent exited while a call was pending), `unavailable` 503
+//! `payload_too_large` 413, `forbidden` 403 (cross-site or rebound request), `request_timeout` 408 (stalled body),
+//! `unsupported_media_type` 415 (a body not declared JSON), `agent_exited` 502 (the agent exited while a call was pending),
+//! `agent_unreachable` 502 (it closed its stdout, or its stdin cannot be written), `unavailable` 503
 //! (a limit was reached).
 
 use axum::Json;
@@ -19,18 +21,28 @@ pub enum ErrorKind {
     ValidationError,
     /// 401: missing or wrong bearer token.
     Unauthorized,
+    /// 403: a cross-site request (a foreign `Origin`) or a `Host` that is not this loopback server (DNS
+    /// rebinding).
+    Forbidden,
     /// 404: no such route.
     NotFound,
     /// 405: the route exists, the method does not.
     MethodNotAllowed,
+    /// 408: the request body stalled longer than `AGENTCTL_IDLE_TIMEOUT_MS`.
+    RequestTimeout,
     /// 409: the agent's state does not allow it (already running, not running, no pending request with that id).
     Conflict,
     /// 413: a body over `AGENTCTL_MAX_MESSAGE_BYTES`.
     PayloadTooLarge,
+    /// 415: a request body that is not declared `application/json`.
+    UnsupportedMediaType,
     /// 500: spawning failed, or another internal failure.
     InternalError,
     /// 502: the agent exited while the call was pending.
     AgentExited,
+    /// 502: the agent still runs but can no longer answer: it closed its stdout, or its stdin cannot be written
+    /// (`details.reason`: `stdout_closed` or `stdin_closed`).
+    AgentUnreachable,
     /// 503: a limit was reached (pending calls, subscribers, the agent not reading its stdin).
     Unavailable,
     /// 504: the agent did not answer in time.
@@ -44,12 +56,16 @@ impl ErrorKind {
             ErrorKind::BadRequest => "bad_request",
             ErrorKind::ValidationError => "validation_error",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::RequestTimeout => "request_timeout",
+            ErrorKind::UnsupportedMediaType => "unsupported_media_type",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
             ErrorKind::Conflict => "conflict",
             ErrorKind::PayloadTooLarge => "payload_too_large",
             ErrorKind::InternalError => "internal_error",
             ErrorKind::AgentExited => "agent_exited",
+            ErrorKind::AgentUnreachable => "agent_unreachable",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Timeout => "timeout",
         }
@@ -60,12 +76,15 @@ impl ErrorKind {
         match self {
             ErrorKind::BadRequest | ErrorKind::ValidationError => StatusCode::BAD_REQUEST,
             ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::AgentExited => StatusCode::BAD_GATEWAY,
+            ErrorKind::AgentExited | ErrorKind::AgentUnreachable => StatusCode::BAD_GATEWAY,
             ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         }
@@ -120,6 +139,13 @@ impl IntoResponse for ApiError {
             http_status: status.as_u16(),
         };
         let mut response = (status, Json(body)).into_response();
+        if self.kind == ErrorKind::RequestTimeout {
+            // The rest of a stalled body is not worth waiting for.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+        }
         if self.kind == ErrorKind::Unauthorized {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
@@ -140,12 +166,20 @@ mod tests {
             (ErrorKind::BadRequest, "bad_request", 400),
             (ErrorKind::ValidationError, "validation_error", 400),
             (ErrorKind::Unauthorized, "unauthorized", 401),
+            (ErrorKind::Forbidden, "forbidden", 403),
+            (ErrorKind::RequestTimeout, "request_timeout", 408),
+            (
+                ErrorKind::UnsupportedMediaType,
+                "unsupported_media_type",
+                415,
+            ),
             (ErrorKind::NotFound, "not_found", 404),
             (ErrorKind::MethodNotAllowed, "method_not_allowed", 405),
             (ErrorKind::Conflict, "conflict", 409),
             (ErrorKind::PayloadTooLarge, "payload_too_large", 413),
             (ErrorKind::InternalError, "internal_error", 500),
             (ErrorKind::AgentExited, "agent_exited", 502),
+            (ErrorKind::AgentUnreachable, "agent_unreachable", 502),
             (ErrorKind::Unavailable, "unavailable", 503),
             (ErrorKind::Timeout, "timeout", 504),
         ] {

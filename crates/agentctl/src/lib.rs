@@ -2,15 +2,17 @@
 //! dialect) and exposes it over HTTP + WebSocket.
 //!
 //! It is a relay, not a protocol client: messages pass verbatim in both directions and only their JSON-RPC
-//! envelope (id / method / result / error) is looked at, so agents of either dialect work. It is not a library
-//! for embedding (the binary's modules are public for its tests and benches only).
+//! envelope (id / method / result / error) is looked at, so agents of either dialect work. This crate is its core;
+//! the `agentctl` binary (`bins/agentctl`) only parses the configuration, binds and calls [`run`]. An
+//! orchestrator can reuse the types (configuration, status, error shape, [`router::Router`]).
 //!
 //! Code map: [`config`] (every `AGENTCTL_*` variable) → [`App::new`] wires [`agent::Supervisor`] (spawn, stop
 //! ladder, status; the only IO on the agent's pipes), [`relay::Relay`] (the tokio shell) around the sans-IO
 //! [`router::Router`] (where each message goes), [`hub::Hub`] (bounded subscriber queues), [`fs::FsService`]
-//! (confined `fs/*`), [`output::OutputBuffer`] (stderr ring) → [`http`] (axum routes, WebSockets, errors in the
-//! shape of [`error::ApiError`]). [`run`] serves until the shutdown future resolves, then stops the agent and
-//! closes every socket.
+//! (confined `fs/*`), [`output::OutputBuffer`] (stderr ring) → [`http`] (axum routes, the cross-site guard,
+//! WebSockets, errors in the shape of [`error::ApiError`]; [`ws`] frames `/acp/stream` from shared buffers) →
+//! [`server`] (accept loop: connection cap, header-read timeout). [`run`] serves until the shutdown future
+//! resolves, then stops the agent and closes every socket.
 //!
 //! Source: `protocols/agentctl.md`; Kandev agent protocol ("agentctl", "agentctl HTTP API").
 
@@ -25,6 +27,8 @@ pub mod hub;
 pub mod output;
 pub mod relay;
 pub mod router;
+pub mod server;
+pub mod ws;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -83,25 +87,22 @@ impl App {
         let output =
             output::OutputBuffer::new(config.output_buffer_size, config.subscriber_queue_len());
         let relay = relay::Relay::new(
-            router::RouterLimits {
-                max_pending_calls: config.max_pending_calls,
-                max_pending_agent_requests: config.max_pending_agent_requests,
-                agent_request_timeout: config.agent_request_timeout(),
-            },
+            config.router_limits(),
             config.auto_approve_permissions,
-            hub::HubLimits {
-                queue_messages: config.subscriber_queue_len(),
-                queue_bytes: config.subscriber_queue_bytes,
-                max_subscribers: config.max_subscribers,
-            },
+            config.hub_limits(),
             fs,
-            config.max_message_bytes,
+            config.max_stdin_queue_bytes,
         );
         let supervisor = agent::Supervisor::new(
             agent::AgentSettings {
                 argv: argv.clone(),
                 workdir: workdir.clone(),
-                env_names: config.agent_env_names(),
+                env: match config.agent_env_mode {
+                    config::AgentEnvMode::Inherit => agent::AgentEnv::Inherit,
+                    config::AgentEnvMode::Allowlist => {
+                        agent::AgentEnv::Allowlist(config.agent_env_names())
+                    }
+                },
                 max_message_bytes: config.max_message_bytes,
                 max_output_line_bytes: config.max_output_line_bytes,
                 stop_grace: Duration::from_millis(config.stop_grace_ms),
@@ -110,11 +111,7 @@ impl App {
             relay.clone(),
             output.clone(),
         );
-        let token = config
-            .token
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(auth::TokenCheck::new);
+        let token = config.token().map(auth::TokenCheck::new);
         Ok(Arc::new(Self {
             config,
             argv,
@@ -151,18 +148,13 @@ pub async fn run(
     {
         tracing::error!(message = %error.message, "AGENTCTL_AUTO_START: the agent did not start");
     }
-    let stop_accepting = app.shutdown.clone();
-    // Small request/response exchanges and stream frames must not wait for Nagle's algorithm.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "setting TCP_NODELAY failed");
-        }
-    });
-    let server = tokio::spawn(
-        axum::serve(listener, http::router(app.clone()))
-            .with_graceful_shutdown(async move { stop_accepting.cancelled().await })
-            .into_future(),
-    );
+    let limits = app.config.server_limits();
+    let server = tokio::spawn(server::serve(
+        listener,
+        http::router(app.clone()),
+        limits,
+        app.shutdown.clone(),
+    ));
     shutdown.await;
     tracing::info!("shutting down");
     app.shutdown.cancel();
@@ -177,8 +169,7 @@ pub async fn run(
         tracing::warn!("websockets still open after the shutdown grace; closing them");
     }
     match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(error))) => return Err(error).context("serving http"),
+        Ok(Ok(())) => {}
         Ok(Err(join)) => return Err(join).context("the http server task failed"),
         Err(_) => tracing::warn!("requests still in flight after the shutdown grace"),
     }

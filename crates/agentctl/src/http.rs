@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{DefaultBodyLimit, Query, Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING,
+};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,11 +50,198 @@ pub fn router(app: Arc<App>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
             app.clone(),
+            read_body_with_idle_timeout,
+        ))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
             refuse_oversized_content_length,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), require_token))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            refuse_cross_site,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(app)
+}
+
+/// Refuses what a web page could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
+/// included, before the token check:
+/// - an `Origin` header that is not a loopback origin (`http(s)://localhost`, `127.0.0.0/8`, `[::1]`, any port)
+///   → 403 `forbidden`;
+/// - when listening on a loopback address: a `Host` whose name is not `localhost`, a loopback IP or the listen
+///   address (DNS rebinding) → 403 `forbidden`; behind a non-loopback address a token is required instead;
+/// - a body (`Content-Length` > 0 or chunked) or a `Content-Type` that is not `application/json` → 415
+///   `unsupported_media_type` (browsers send `text/plain` and form types without a preflight). A POST without
+///   a body and without a content type (`curl -X POST …/start`) passes.
+async fn refuse_cross_site(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    if let Some(origin) = headers.get(ORIGIN)
+        && !is_loopback_origin(origin.as_bytes())
+    {
+        return ApiError::new(ErrorKind::Forbidden, "cross-site request refused")
+            .with_details(serde_json::json!({"reason": "origin", "origin": String::from_utf8_lossy(origin.as_bytes())}))
+            .into_response();
+    }
+    if app.config.listen_host.is_loopback()
+        && let Some(host) = headers.get(HOST)
+        && !is_allowed_host(host.as_bytes(), app.config.listen_host)
+    {
+        return ApiError::new(
+            ErrorKind::Forbidden,
+            "request for another host refused (dns rebinding)",
+        )
+        .with_details(
+            serde_json::json!({"reason": "host", "host": String::from_utf8_lossy(host.as_bytes())}),
+        )
+        .into_response();
+    }
+    let content_type = headers.get(CONTENT_TYPE);
+    let has_body = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || headers.contains_key(TRANSFER_ENCODING);
+    if (content_type.is_some() || has_body)
+        && !content_type.is_some_and(|v| is_json_media_type(v.as_bytes()))
+    {
+        return ApiError::new(
+            ErrorKind::UnsupportedMediaType,
+            "request bodies must be sent as content-type application/json",
+        )
+        .with_details(serde_json::json!({
+            "content_type": content_type.map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        }))
+        .into_response();
+    }
+    next.run(request).await
+}
+
+/// `application/json`, case-insensitive, with or without parameters (`; charset=utf-8`).
+fn is_json_media_type(value: &[u8]) -> bool {
+    let essence = value.split(|&b| b == b';').next().unwrap_or_default();
+    essence
+        .trim_ascii()
+        .eq_ignore_ascii_case(b"application/json")
+}
+
+/// `http(s)://HOST[:PORT]` where HOST is loopback (see [`is_loopback_name`]).
+fn is_loopback_origin(origin: &[u8]) -> bool {
+    let Ok(origin) = std::str::from_utf8(origin) else {
+        return false;
+    };
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    is_loopback_name(strip_port(rest))
+}
+
+/// A `Host` header naming this server: a loopback name, or the listen address itself; the port is not checked
+/// (a tunnel or port forward may change it).
+fn is_allowed_host(host: &[u8], listen: std::net::IpAddr) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let name = strip_port(host.trim());
+    is_loopback_name(name)
+        || name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip == listen)
+}
+
+/// `localhost` (or a name under `.localhost`, which resolvers keep on the loopback interface, RFC 6761 §6.3) or a
+/// loopback IP literal (`127.0.0.0/8`, `[::1]`).
+fn is_loopback_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let lower = lower.strip_suffix('.').unwrap_or(&lower);
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    let literal = lower
+        .strip_prefix('[')
+        .and_then(|l| l.strip_suffix(']'))
+        .unwrap_or(lower);
+    literal
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `name:port` → `name`; `[v6]:port` → `[v6]`; a bare name or `[v6]` unchanged.
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
+    }
+    match authority.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => authority,
+    }
+}
+
+/// Reads a request body completely before the handler runs, refusing a body that pauses longer than
+/// `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces (408 and the connection closes) or grows past
+/// `AGENTCTL_MAX_MESSAGE_BYTES` (413). Requests without a body pass untouched.
+async fn read_body_with_idle_timeout(
+    State(app): State<Arc<App>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let has_body = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() != "0")
+        || headers.contains_key(TRANSFER_ENCODING);
+    if !has_body {
+        return next.run(request).await;
+    }
+    let idle = Duration::from_millis(app.config.idle_timeout_ms);
+    let limit = app.config.max_message_bytes;
+    let (parts, body) = request.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut collected = bytes::BytesMut::new();
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return ApiError::new(
+                    ErrorKind::RequestTimeout,
+                    "the request body stalled longer than AGENTCTL_IDLE_TIMEOUT_MS",
+                )
+                .with_details(serde_json::json!({"idle_timeout_ms": app.config.idle_timeout_ms, "received_bytes": collected.len()}))
+                .into_response();
+            }
+            Ok(None) => break,
+            Ok(Some(Err(error))) => {
+                return ApiError::new(
+                    ErrorKind::BadRequest,
+                    format!("reading the body failed: {error}"),
+                )
+                .into_response();
+            }
+            Ok(Some(Ok(chunk))) => {
+                if collected.len().saturating_add(chunk.len()) > limit {
+                    return ApiError::new(
+                        ErrorKind::PayloadTooLarge,
+                        "body is larger than AGENTCTL_MAX_MESSAGE_BYTES",
+                    )
+                    .with_details(serde_json::json!({"limit": limit}))
+                    .into_response();
+                }
+                if collected.is_empty() {
+                    collected.reserve(chunk.len());
+                }
+                collected.extend_from_slice(&chunk);
+            }
+        }
+    }
+    let request = Request::from_parts(parts, axum::body::Body::from(collected.freeze()));
+    next.run(request).await
 }
 
 async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
@@ -219,31 +408,69 @@ async fn send(
     Ok(Json(serde_json::json!({"status": "sent"})))
 }
 
-/// `GET /api/v1/acp/stream` (WebSocket): every message from the agent, verbatim, one text frame each.
-async fn acp_stream(
-    State(app): State<Arc<App>>,
-    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> Result<Response, ApiError> {
-    let upgrade = upgrade.map_err(upgrade_rejection)?;
+/// `GET /api/v1/acp/stream` (WebSocket): every message from the agent, verbatim, one text frame each, written
+/// from the one shared buffer the agent's line arrived in (see `ws.rs`).
+async fn acp_stream(State(app): State<Arc<App>>, request: Request) -> Result<Response, ApiError> {
+    let accept = crate::ws::accept_key(request.method(), request.headers()).map_err(|error| {
+        ApiError::new(
+            ErrorKind::BadRequest,
+            format!("websocket upgrade required: {error}"),
+        )
+        .with_details(serde_json::json!({"code": error.code()}))
+    })?;
     let rx = app.relay.subscribe()?;
-    let id = rx.id;
     let relay = app.relay.clone();
-    let on_fail = app.relay.clone();
-    let tracker = app.tracker.clone();
     let max = app.config.max_message_bytes;
-    Ok(upgrade
-        .max_message_size(max)
-        .max_frame_size(max)
-        .on_failed_upgrade(move |error| {
-            tracing::debug!(%error, "websocket upgrade failed");
-            on_fail.unsubscribe(id);
-        })
-        .on_upgrade(move |socket| tracker.track_future(serve_acp_stream(socket, rx, relay))))
+    let upgrade = hyper::upgrade::on(request);
+    app.tracker.spawn(async move {
+        match upgrade.await {
+            Ok(upgraded) => {
+                serve_acp_stream(hyper_util::rt::TokioIo::new(upgraded), rx, relay, max).await;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "websocket upgrade failed");
+                relay.unsubscribe(rx.id);
+            }
+        }
+    });
+    axum::http::Response::builder()
+        .status(axum::http::StatusCode::SWITCHING_PROTOCOLS)
+        .header(axum::http::header::UPGRADE, "websocket")
+        .header(axum::http::header::CONNECTION, "upgrade")
+        .header(axum::http::header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(axum::body::Body::empty())
+        .map_err(|error| ApiError::new(ErrorKind::InternalError, error.to_string()))
 }
 
-async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Relay>) {
-    let (mut sink, mut stream) = socket.split();
+async fn serve_acp_stream<S>(socket: S, mut rx: SubscriberRx, relay: Arc<Relay>, max: usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    use tokio::io::AsyncWriteExt as _;
+    let (mut read, mut write) = tokio::io::split(socket);
+    let (events_tx, mut events) = tokio::sync::mpsc::channel::<Option<crate::ws::ClientFrame>>(8);
+    let reader = tokio::spawn(async move {
+        loop {
+            match crate::ws::read_client_frame(&mut read, max).await {
+                Ok(crate::ws::ClientFrame::Ignored) => {}
+                Ok(frame) => {
+                    let close = frame == crate::ws::ClientFrame::Close;
+                    if events_tx.send(Some(frame)).await.is_err() || close {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "acp stream: client connection ended");
+                    // The stream task may be gone already.
+                    let _ = events_tx.send(None).await;
+                    return;
+                }
+            }
+        }
+    });
+    let mut scratch = Vec::with_capacity(SMALL_FRAME_BYTES * 4);
     let mut client_gone = false;
+    let mut client_closed = false;
     let abort = rx.abort_token();
     loop {
         tokio::select! {
@@ -251,7 +478,7 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
             () = abort.cancelled() => break,
             message = rx.recv() => {
                 let Some(first) = message else { break };
-                let send = send_batch(&mut sink, &mut rx, first);
+                let send = send_batch(&mut write, &mut rx, first, &mut scratch);
                 tokio::pin!(send);
                 let sent = tokio::select! {
                     sent = &mut send => sent,
@@ -262,44 +489,103 @@ async fn serve_acp_stream(socket: WebSocket, mut rx: SubscriberRx, relay: Arc<Re
                     break;
                 }
             }
-            incoming = stream.next() => {
-                if !matches!(incoming, Some(Ok(Message::Text(_) | Message::Binary(_) | Message::Ping(_) | Message::Pong(_)))) {
+            event = events.recv() => match event {
+                Some(Some(crate::ws::ClientFrame::Ping(payload))) => {
+                    let pong = crate::ws::pong_frame(&payload);
+                    if write.write_all(&pong).await.is_err() || write.flush().await.is_err() {
+                        client_gone = true;
+                        break;
+                    }
+                }
+                Some(Some(crate::ws::ClientFrame::Close)) => {
+                    client_closed = true;
+                    break;
+                }
+                Some(Some(crate::ws::ClientFrame::Ignored)) => {}
+                Some(None) | None => {
                     client_gone = true;
                     break;
                 }
-            }
+            },
         }
     }
     relay.unsubscribe(rx.id);
     if !client_gone {
-        let reason = rx.close_reason();
-        let (code, reason) =
-            reason.map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason));
-        close(sink, stream, code, &reason).await;
+        let (code, reason) = if client_closed {
+            (CLOSE_NORMAL, "closed".to_owned())
+        } else {
+            rx.close_reason()
+                .map_or((CLOSE_NORMAL, "closed".to_owned()), |r| (r.code, r.reason))
+        };
+        let frame = crate::ws::close_frame(code, &reason);
+        let sent = tokio::time::timeout(CLOSE_GRACE, async {
+            write.write_all(&frame).await?;
+            write.flush().await
+        })
+        .await;
+        if matches!(sent, Ok(Ok(()))) && !client_closed {
+            // Wait (bounded) for the client's close so our frame is not lost to a reset (RFC 6455 §7.1.1).
+            let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, async {
+                while let Some(Some(event)) = events.recv().await {
+                    if event == crate::ws::ClientFrame::Close {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
     }
+    // The peer may be gone; the socket closes when dropped either way.
+    let _ = tokio::time::timeout(CLOSE_REPLY_WAIT, write.shutdown()).await;
+    reader.abort();
 }
 
 /// Most messages written to a socket before one flush: queued messages go out in one write instead of one
 /// syscall each.
 pub const MAX_BATCH_MESSAGES: usize = 256;
 
+/// Messages up to this size are copied into the batch buffer; larger ones are written straight from the shared
+/// buffer (never copied per subscriber).
+pub const SMALL_FRAME_BYTES: usize = 16 * 1024;
+
 /// Writes `first` and whatever else is queued right now (up to [`MAX_BATCH_MESSAGES`]), then flushes once.
 /// Returns whether the socket took them.
-async fn send_batch(
-    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+async fn send_batch<W: tokio::io::AsyncWrite + Unpin>(
+    write: &mut W,
     rx: &mut SubscriberRx,
     first: axum::extract::ws::Utf8Bytes,
+    scratch: &mut Vec<u8>,
 ) -> bool {
-    if sink.feed(Message::Text(first)).await.is_err() {
-        return false;
-    }
-    for _ in 1..MAX_BATCH_MESSAGES {
-        let Some(next) = rx.try_recv() else { break };
-        if sink.feed(Message::Text(next)).await.is_err() {
-            return false;
+    use tokio::io::AsyncWriteExt as _;
+    scratch.clear();
+    let mut next = Some(first);
+    let mut count = 0;
+    while let Some(message) = next {
+        let payload = message.as_str().as_bytes();
+        crate::ws::frame_header(crate::ws::OP_TEXT, payload.len(), scratch);
+        if payload.len() <= SMALL_FRAME_BYTES {
+            scratch.extend_from_slice(payload);
+        } else {
+            if write.write_all(scratch).await.is_err() || write.write_all(payload).await.is_err() {
+                return false;
+            }
+            scratch.clear();
         }
+        count += 1;
+        next = if count < MAX_BATCH_MESSAGES {
+            rx.try_recv()
+        } else {
+            None
+        };
     }
-    sink.flush().await.is_ok()
+    if scratch.capacity() > SMALL_FRAME_BYTES * 64 {
+        // A burst of small frames grew the buffer; do not keep it.
+        let keep = std::mem::take(scratch);
+        let ok = write.write_all(&keep).await.is_ok();
+        *scratch = Vec::with_capacity(SMALL_FRAME_BYTES * 4);
+        return ok && write.flush().await.is_ok();
+    }
+    write.write_all(scratch).await.is_ok() && write.flush().await.is_ok()
 }
 
 /// Sends a close frame, then waits (bounded) for the client's close so the frame is not lost to a reset.
@@ -487,4 +773,79 @@ fn upgrade_rejection(
         ErrorKind::BadRequest,
         format!("websocket upgrade required: {}", rejection.body_text()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_origins_pass_foreign_ones_do_not() {
+        for origin in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://LOCALHOST:443",
+            "http://127.0.0.1:9999",
+            "http://127.1.2.3",
+            "http://[::1]:8080",
+            "http://app.localhost:5173",
+        ] {
+            assert!(is_loopback_origin(origin.as_bytes()), "{origin}");
+        }
+        for origin in [
+            "null",
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.evil.example",
+            "file://",
+            "http://10.0.0.1",
+            "http://[::2]",
+            "ws://localhost",
+            "",
+        ] {
+            assert!(!is_loopback_origin(origin.as_bytes()), "{origin}");
+        }
+    }
+
+    #[test]
+    fn hosts_must_name_this_loopback_server() {
+        let listen: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        for host in [
+            "localhost:9999",
+            "127.0.0.1:9999",
+            "127.0.0.1",
+            "[::1]:9999",
+            "localhost",
+        ] {
+            assert!(is_allowed_host(host.as_bytes(), listen), "{host}");
+        }
+        for host in [
+            "evil.example:9999",
+            "evil.example",
+            "192.168.1.1:9999",
+            "localhost.evil:9999",
+        ] {
+            assert!(!is_allowed_host(host.as_bytes(), listen), "{host}");
+        }
+    }
+
+    #[test]
+    fn only_json_media_types_pass() {
+        for value in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/json ",
+        ] {
+            assert!(is_json_media_type(value.as_bytes()), "{value}");
+        }
+        for value in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "",
+        ] {
+            assert!(!is_json_media_type(value.as_bytes()), "{value}");
+        }
+    }
 }

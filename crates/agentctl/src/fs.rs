@@ -13,6 +13,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -185,7 +186,20 @@ impl FsService {
                 path: path.to_owned(),
             });
         }
-        let file = std::fs::File::open(&canonical).map_err(|e| io_error(path, &e))?;
+        // A FIFO, socket or device must not block this thread: check the type before opening, open without
+        // blocking (O_NONBLOCK: opening a FIFO with no writer returns at once), then check the opened file again
+        // (the path may have been swapped in between). O_NONBLOCK does not change reads of a regular file.
+        let before = std::fs::metadata(&canonical).map_err(|e| io_error(path, &e))?;
+        if !before.is_file() {
+            return Err(FsError::NotAFile {
+                path: path.to_owned(),
+            });
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
+            .open(&canonical)
+            .map_err(|e| io_error(path, &e))?;
         let metadata = file.metadata().map_err(|e| io_error(path, &e))?;
         if !metadata.is_file() {
             return Err(FsError::NotAFile {
@@ -437,6 +451,28 @@ mod tests {
             Err("not_found"),
         );
         check_read(&ws, root, None, None, Err("not_a_file"));
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_is_refused_without_blocking() {
+        let ws = workspace(1024);
+        let fifo = ws.root.join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // No writer ever opens the FIFO: a blocking open would hang this test.
+        let error = ws.fs.read(fifo.to_str().unwrap(), None, None).unwrap_err();
+        assert_eq!(error.code(), "not_a_file");
+        let error = ws
+            .fs
+            .read(ws.root.to_str().unwrap(), None, None)
+            .unwrap_err();
+        assert_eq!(error.code(), "not_a_file");
     }
 
     #[test]
