@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use agentwire_acp::conformance::{CheckPlan, Outcome, run_check};
 use agentwire_acp::schema::{
-    PermissionOption, RequestPermissionOutcome, RequestPermissionRequest, SelectedPermissionOutcome,
+    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+    SelectedPermissionOutcome,
 };
 use agentwire_host::acp_turn::{AcpPermissions, reject_outcome};
+use agentwire_host::store::escape_controls;
 
 use crate::Failure;
 use crate::exit::Exit;
@@ -39,10 +41,18 @@ pub fn permissions(yes: bool) -> AcpPermissions {
     })
 }
 
-/// The question shown on stderr: the tool call and the numbered options.
+/// Most characters of one agent-supplied text (tool-call id, title, option name) shown in a permission question;
+/// longer text is cut and ends with `…`.
+pub const MAX_SHOWN_CHARS: usize = 200;
+
+/// The question shown on stderr: the tool call and the numbered options, each option's kind from the protocol's
+/// `kind` field first (`[allow_always]`), then its agent-chosen label. Everything the agent wrote is cut to
+/// [`MAX_SHOWN_CHARS`] and escaped for the terminal ([`escape_controls`], single line): escape sequences (cursor
+/// movement, line erasure, window titles, hidden text), newlines and bidirectional controls are shown as `\u{…}`,
+/// never interpreted, so the label cannot disguise the kind or redraw the question.
 pub fn question(request: &RequestPermissionRequest) -> String {
     let fields = &request.tool_call.fields;
-    let title = fields.title.as_deref().unwrap_or("(untitled tool call)");
+    let title = shown(fields.title.as_deref().unwrap_or("(untitled tool call)"));
     let kind = fields
         .kind
         .as_ref()
@@ -50,18 +60,44 @@ pub fn question(request: &RequestPermissionRequest) -> String {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| "unknown".to_owned());
     let mut text = format!(
-        "\nawp-host: the agent asks permission for tool call {} ({kind}): {title}\n",
-        request.tool_call.tool_call_id
+        "\nawp-host: the agent asks permission for tool call {} ({}): {title}\n",
+        shown(&request.tool_call.tool_call_id.to_string()),
+        shown(&kind)
     );
     for (n, option) in request.options.iter().enumerate() {
-        let kind = serde_json::to_value(option.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        text.push_str(&format!("  {}) {} [{kind}]\n", n + 1, option.name));
+        text.push_str(&format!(
+            "  {}) [{}] {}\n",
+            n + 1,
+            option_kind(option.kind),
+            shown(&option.name)
+        ));
     }
     text.push_str("choose a number (anything else rejects): ");
     text
+}
+
+/// The protocol name of an option's kind (schema `$defs/PermissionOptionKind`).
+fn option_kind(kind: PermissionOptionKind) -> &'static str {
+    match kind {
+        PermissionOptionKind::AllowOnce => "allow_once",
+        PermissionOptionKind::AllowAlways => "allow_always",
+        PermissionOptionKind::RejectOnce => "reject_once",
+        PermissionOptionKind::RejectAlways => "reject_always",
+        _ => "unknown_kind",
+    }
+}
+
+/// Agent text as shown on the terminal: cut to [`MAX_SHOWN_CHARS`], then escaped.
+fn shown(text: &str) -> String {
+    let cut: String = if text.chars().count() > MAX_SHOWN_CHARS {
+        text.chars()
+            .take(MAX_SHOWN_CHARS - 1)
+            .chain(std::iter::once('…'))
+            .collect()
+    } else {
+        text.to_owned()
+    };
+    escape_controls(&cut, true).into_owned()
 }
 
 /// The option a typed answer selects: its 1-based number; `None` for anything else (the caller rejects).
@@ -139,7 +175,7 @@ pub async fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentwire_acp::schema::{PermissionOptionKind, ToolCallUpdate, ToolCallUpdateFields};
+    use agentwire_acp::schema::{ToolCallUpdate, ToolCallUpdateFields};
 
     fn request() -> RequestPermissionRequest {
         RequestPermissionRequest::new(
@@ -178,7 +214,59 @@ mod tests {
         assert_eq!(
             question(&request()),
             "\nawp-host: the agent asks permission for tool call call-1 (unknown): write hello.txt\n  \
-             1) Allow [allow_once]\n  2) Reject [reject_once]\nchoose a number (anything else rejects): "
+             1) [allow_once] Allow\n  2) [reject_once] Reject\nchoose a number (anything else rejects): "
+        );
+    }
+
+    /// A hostile agent: escape sequences in the id, title and labels (cursor up, erase line, window title, hidden
+    /// text, a bidi override, a newline) and an `allow_always` option labelled "Reject (safe)".
+    #[test]
+    fn the_question_escapes_agent_text_and_shows_the_protocol_kind_first() {
+        let request = RequestPermissionRequest::new(
+            "s1",
+            ToolCallUpdate::new(
+                "id\u{1b}[2K",
+                ToolCallUpdateFields::new().title(
+                    "rm -rf ~\u{1b}[1A\u{1b}]0;pwned\u{7}\u{1b}[8mhidden\u{202e}txt.exe\nfake line"
+                        .to_owned(),
+                ),
+            ),
+            vec![
+                PermissionOption::new("yes", "Reject (safe)", PermissionOptionKind::AllowAlways),
+                PermissionOption::new(
+                    "no",
+                    "No\r  2) [reject_once] Allow",
+                    PermissionOptionKind::RejectOnce,
+                ),
+            ],
+        );
+        let text = question(&request);
+        assert_eq!(
+            text,
+            "\nawp-host: the agent asks permission for tool call id\\u{1b}[2K (unknown): \
+             rm -rf ~\\u{1b}[1A\\u{1b}]0;pwned\\u{7}\\u{1b}[8mhidden\\u{202e}txt.exe\\u{a}fake line\n  \
+             1) [allow_always] Reject (safe)\n  \
+             2) [reject_once] No\\u{d}  2) [reject_once] Allow\n\
+             choose a number (anything else rejects): "
+        );
+        // Nothing the terminal would interpret: the only control characters are the question's own newlines.
+        assert!(text.chars().all(|c| c == '\n' || !c.is_control()));
+        assert_eq!(text.matches('\n').count(), 4);
+    }
+
+    #[test]
+    fn long_agent_text_is_cut_at_the_limit() {
+        let at = "a".repeat(MAX_SHOWN_CHARS);
+        let past = "a".repeat(MAX_SHOWN_CHARS + 1);
+        assert_eq!(shown(&at), at);
+        let cut = shown(&past);
+        assert_eq!(cut.chars().count(), MAX_SHOWN_CHARS);
+        assert!(cut.ends_with('…'));
+        // Escaping happens after the cut: an escape sequence at the end stays escaped.
+        let tail = format!("{}\u{1b}", "a".repeat(MAX_SHOWN_CHARS - 2));
+        assert_eq!(
+            shown(&tail),
+            format!("{}\\u{{1b}}", "a".repeat(MAX_SHOWN_CHARS - 2))
         );
     }
 }

@@ -129,7 +129,7 @@ pub struct ChatArgs {
     /// Start a new thread (the default without --thread)
     #[arg(long)]
     pub new: bool,
-    /// Model to ask the agent for (passed as --model) [default: the agent's configured model]
+    /// Model to ask the agent for (passed as --model; ACP agents: set through their `model` config option) [default: the agent's configured model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
     /// Attach a file (repeatable): PNG, JPEG, GIF, WebP → image; PDF → document; UTF-8 text → text.

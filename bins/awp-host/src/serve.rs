@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentwire_approval::{ApprovalEvent, ApprovalSnapshot, Approvals, RendererEvent, Resolution};
+use agentwire_approval::{ApprovalEvent, ApprovalSnapshot, Renderer, RendererEvent, Resolution};
 use agentwire_host::control::approver::ApproverSocket;
 use agentwire_host::control::{ControlConfig, ControlPlane};
 use agentwire_host::store::escape_controls;
@@ -83,11 +83,6 @@ pub async fn serve(
     })?;
     let shutdown = CancellationToken::new();
     cancel_on_signals(shutdown.clone())?;
-    say(&format!(
-        "awp-host: local control listening on {}",
-        server.layout().socket_path.display()
-    ))?;
-
     let mut background = tokio::task::JoinSet::new();
     if let Some(path) = &args.approvals_socket {
         let socket = ApproverSocket::bind(path)
@@ -106,12 +101,21 @@ pub async fn serve(
         _ => std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
     };
     if console {
-        say("awp-host: approvals console: pending approvals appear here; answer y to allow")?;
+        // Attached here, before the listening line: a request after that line finds the console.
         background.spawn(approvals_console(
-            plane.approvals().clone(),
+            plane.approvals().attach_renderer(),
             shutdown.clone(),
         ));
     }
+    // Everything an operator or test may use is ready before the first line says so.
+    say(&format!(
+        "awp-host: local control listening on {}",
+        server.layout().socket_path.display()
+    ))?;
+    if console {
+        say("awp-host: approvals console: pending approvals appear here; answer y to allow")?;
+    }
+
     if let Some((server, service, key, allow)) = tasks {
         say(&format!(
             "awp-host: tasks api listening on http://{}",
@@ -210,8 +214,7 @@ fn describe(approval: &ApprovalSnapshot) -> String {
 
 /// The terminal renderer: shows the oldest pending approval and takes `y` (allow) or anything else (deny) from
 /// stdin, one line per approval.
-async fn approvals_console(approvals: Approvals, shutdown: CancellationToken) {
-    let mut renderer = approvals.attach_renderer();
+async fn approvals_console(mut renderer: Renderer, shutdown: CancellationToken) {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut shown: Option<ApprovalSnapshot> = None;
     loop {

@@ -81,7 +81,7 @@ fn messages(detail: &Value) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chat_answers_persists_and_resumes_with_session_load() {
+async fn chat_answers_persists_and_resumes_the_session() {
     let host = Host::new();
     acp_agents(&host, &[("acp", "acp-fixture", Some("echo"))]);
     let out = host
@@ -97,7 +97,8 @@ async fn chat_answers_persists_and_resumes_with_session_load() {
     assert_eq!(record["session_id"], "sess-1");
     let thread = thread_id(&out);
 
-    // The fixture advertises loadSession and replays "earlier answer": the replay is not part of the new turn.
+    // The fixture advertises sessionCapabilities.resume: the thread's session is reopened with session/resume (the
+    // fallbacks, session/load then a new session, are covered in crates/host/tests/acp_turn.rs).
     let out = host
         .run(&["chat", "--thread", &thread, "--jsonl", "again"])
         .await;
@@ -392,4 +393,32 @@ async fn an_idle_acp_agent_times_out_with_exit_7() {
         ],
     );
     assert_eq!(result_record(&out)["error"]["code"], "agent_idle_timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_model_reaches_an_acp_agent_through_set_config_option() {
+    let host = Host::new();
+    acp_agents(&host, &[("acp", "acp-fixture", Some("echo"))]);
+    let out = host
+        .run(&[
+            "chat", "--agent", "acp", "--model", "smart", "--jsonl", "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let started = out
+        .jsonl()
+        .into_iter()
+        .find(|e| e["type"] == "session_started");
+    assert_eq!(
+        started.map(|e| e["model"].clone()),
+        Some(Value::from("smart")),
+        "{out:?}"
+    );
+    // A model the agent's option does not offer fails the turn with the agent's refusal.
+    let out = host
+        .run(&["chat", "--agent", "acp", "--model", "huge", "--jsonl", "hi"])
+        .await;
+    assert_ne!(out.code, 0, "{out:?}");
+    let record = result_record(&out);
+    assert_eq!(record["error"]["code"], "agent_error", "{out:?}");
 }

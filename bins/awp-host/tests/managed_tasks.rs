@@ -383,7 +383,7 @@ async fn serve_refuses_to_start_without_a_key_off_loopback_or_twice_on_one_data_
     for needle in [
         "--tasks-listen <ADDR>",
         "--tasks-allow <PATH>",
-        "not built yet",
+        "--approvals-socket <PATH>",
         "AWP_CONTROL_PLANE_API_KEY",
     ] {
         assert!(help.stdout.contains(needle), "{needle}: {}", help.stdout);

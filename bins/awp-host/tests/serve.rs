@@ -128,7 +128,9 @@ async fn deepchat_drives_a_detached_run_through_serve_and_reports_a_stopped_host
         &[
             "settings",
             "set",
+            "--key",
             "autoCompactionEnabled",
+            "--value",
             "false",
             "--json",
         ],
@@ -208,7 +210,9 @@ async fn the_approvals_console_allows_one_pending_mutation() {
         &[
             "settings",
             "set",
+            "--key",
             "autoCompactionEnabled",
+            "--value",
             "false",
             "--json",
         ],
@@ -277,12 +281,15 @@ async fn the_approver_socket_resolves_with_its_own_token_and_refuses_a_wrong_one
     assert_eq!(next_line(&mut wrong).await["code"], "authentication_failed");
 
     let (mut lines, mut write) = approver(&socket, &token).await;
+    assert_eq!(next_line(&mut lines).await["type"], "ready");
     let mut change = deepchat_command(
         &host,
         &[
             "settings",
             "set",
+            "--key",
             "autoCompactionEnabled",
+            "--value",
             "false",
             "--json",
         ],

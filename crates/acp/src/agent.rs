@@ -1,24 +1,33 @@
 //! The agent role: serve ACP on a stream pair (stdin/stdout) with an [`Agent`] implementation, and call the client
-//! back through a [`ClientHandle`] (`session/update`, `session/request_permission`, `fs/*`).
+//! back through a [`ClientHandle`] (`session/update`, `session/request_permission`, `fs/*`, `terminal/*`,
+//! `elicitation/create`, `elicitation/complete`).
 //!
 //! Every request runs on its own task, so a `session/cancel` notification reaches [`Agent::cancel`] while the
-//! prompt is still running. When the client closes the connection (stdin EOF), the tasks still running are aborted
-//! and the output is flushed.
+//! prompt is still running. A `$/cancel_request {"requestId":…}` for a request still running drops its future and
+//! answers it -32800 (ACP "Cancellation"; the receiver still answers every request). When the client closes the
+//! connection (stdin EOF), the tasks still running are aborted and the output is flushed.
+//!
+//! Methods an [`Agent`] does not implement answer -32601; the capabilities it advertises in its `initialize` answer
+//! are its own business (advertise `sessionCapabilities.list` only with [`Agent::list_sessions`], …).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol_schema::v1::{
-    AuthenticateRequest, AuthenticateResponse, CancelNotification, CreateTerminalRequest,
-    CreateTerminalResponse, InitializeRequest, InitializeResponse, KillTerminalRequest,
-    KillTerminalResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest,
-    NewSessionResponse, PromptRequest, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
+    AuthenticateRequest, AuthenticateResponse, CancelNotification, CloseSessionRequest,
+    CloseSessionResponse, CompleteElicitationNotification, CreateElicitationRequest,
+    CreateElicitationResponse, CreateTerminalRequest, CreateTerminalResponse, DeleteSessionRequest,
+    DeleteSessionResponse, InitializeRequest, InitializeResponse, KillTerminalRequest,
+    KillTerminalResponse, ListSessionsRequest, ListSessionsResponse, LoadSessionRequest,
+    LoadSessionResponse, LogoutRequest, LogoutResponse, NewSessionRequest, NewSessionResponse,
+    PromptRequest, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
     ReleaseTerminalRequest, ReleaseTerminalResponse, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, SessionNotification, SessionUpdate,
-    SetSessionModeRequest, SetSessionModeResponse, TerminalOutputRequest, TerminalOutputResponse,
-    WaitForTerminalExitRequest, WaitForTerminalExitResponse, WriteTextFileRequest,
-    WriteTextFileResponse,
+    RequestPermissionResponse, ResumeSessionRequest, ResumeSessionResponse, SessionId,
+    SessionNotification, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SetSessionModeRequest, SetSessionModeResponse,
+    TerminalOutputRequest, TerminalOutputResponse, WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agentwire_jsonrpc::{
     Connection, ErrorObject, Incoming, IncomingMessage, IncomingRequest, RequestId,
@@ -64,6 +73,77 @@ pub trait Agent: Send + Sync + 'static {
     ) -> impl Future<Output = Result<LoadSessionResponse, ErrorObject>> + Send {
         let _ = (request, client);
         std::future::ready(Err(ErrorObject::method_not_found("session/load")))
+    }
+
+    /// `logout {}` (advertise `agentCapabilities.auth.logout`).
+    fn logout(
+        &self,
+        request: LogoutRequest,
+    ) -> impl Future<Output = Result<LogoutResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("logout")))
+    }
+
+    /// `session/list {"cwd"?,"cursor"?}` → `{"sessions":[{sessionId,cwd,title?,updatedAt?}],"nextCursor"?}`
+    /// (advertise `sessionCapabilities.list`).
+    fn list_sessions(
+        &self,
+        request: ListSessionsRequest,
+    ) -> impl Future<Output = Result<ListSessionsResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("session/list")))
+    }
+
+    /// `session/resume {"sessionId":…,"cwd":…,"mcpServers":[…]}`: reopen a session **without** replaying its
+    /// history (advertise `sessionCapabilities.resume`). `client` is for updates that are not history (e.g.
+    /// `available_commands_update`).
+    fn resume_session(
+        &self,
+        request: ResumeSessionRequest,
+        client: ClientHandle,
+    ) -> impl Future<Output = Result<ResumeSessionResponse, ErrorObject>> + Send {
+        let _ = (request, client);
+        std::future::ready(Err(ErrorObject::method_not_found("session/resume")))
+    }
+
+    /// `session/close {"sessionId":…}`: free the session's resources (advertise `sessionCapabilities.close`).
+    fn close_session(
+        &self,
+        request: CloseSessionRequest,
+    ) -> impl Future<Output = Result<CloseSessionResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("session/close")))
+    }
+
+    /// `session/delete {"sessionId":…}`: forget a stored session (advertise `sessionCapabilities.delete`).
+    fn delete_session(
+        &self,
+        request: DeleteSessionRequest,
+    ) -> impl Future<Output = Result<DeleteSessionResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found("session/delete")))
+    }
+
+    /// `session/set_config_option {"sessionId":…,"configId":…,"value":…}` → every option's new state.
+    fn set_session_config_option(
+        &self,
+        request: SetSessionConfigOptionRequest,
+    ) -> impl Future<Output = Result<SetSessionConfigOptionResponse, ErrorObject>> + Send {
+        let _ = request;
+        std::future::ready(Err(ErrorObject::method_not_found(
+            "session/set_config_option",
+        )))
+    }
+
+    /// Any other request (extension methods, names starting with `_`): default -32601, as the spec requires of
+    /// methods an agent does not know.
+    fn ext_method(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> impl Future<Output = Result<Value, ErrorObject>> + Send {
+        let _ = params;
+        std::future::ready(Err(ErrorObject::method_not_found(method)))
     }
 
     /// `session/set_mode {"sessionId":…,"modeId":…}`.
@@ -217,6 +297,36 @@ impl ClientHandle {
         request: &WriteTextFileRequest,
     ) -> Result<WriteTextFileResponse, AcpError> {
         call_null_as_empty(&self.connection, "fs/write_text_file", request).await
+    }
+
+    /// Asks `elicitation/create` (only if the client advertised `elicitation`) and waits for the user's answer
+    /// (`accept` with content, `decline`, `cancel`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientHandle::request_permission`].
+    pub async fn create_elicitation(
+        &self,
+        request: &CreateElicitationRequest,
+    ) -> Result<CreateElicitationResponse, AcpError> {
+        call(&self.connection, "elicitation/create", request).await
+    }
+
+    /// Sends `elicitation/complete {"elicitationId":…}` (a URL-mode elicitation finished out of band).
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::ConnectionClosed`], [`AcpError::Encode`].
+    pub async fn complete_elicitation(
+        &self,
+        notification: &CompleteElicitationNotification,
+    ) -> Result<(), AcpError> {
+        let params = serde_json::to_value(notification)
+            .map_err(|error| AcpError::Encode(error.to_string()))?;
+        self.connection
+            .notify("elicitation/complete", Some(params))
+            .await?;
+        Ok(())
     }
 
     /// Asks `terminal/create` (only if the client advertised `terminal`).
@@ -399,32 +509,63 @@ async fn serve_request<A: Agent>(
         .and_then(|p| p.get("sessionId"))
         .and_then(Value::as_str)
         .map(SessionId::new);
-    let result = match method.as_str() {
-        "initialize" => match parse::<InitializeRequest>(params) {
-            Ok(params) => encode(agent.initialize(params).await),
-            Err(error) => Err(error),
-        },
-        "authenticate" => match parse::<AuthenticateRequest>(params) {
-            Ok(params) => encode(agent.authenticate(params).await),
-            Err(error) => Err(error),
-        },
-        "session/new" => match parse::<NewSessionRequest>(params) {
-            Ok(params) => encode(agent.new_session(params).await),
-            Err(error) => Err(error),
-        },
-        "session/load" => match parse::<LoadSessionRequest>(params) {
-            Ok(params) => encode(agent.load_session(params, client.clone()).await),
-            Err(error) => Err(error),
-        },
-        "session/set_mode" => match parse::<SetSessionModeRequest>(params) {
-            Ok(params) => encode(agent.set_session_mode(params).await),
-            Err(error) => Err(error),
-        },
-        "session/prompt" => match parse::<PromptRequest>(params) {
-            Ok(params) => encode(agent.prompt(params, client.clone()).await),
-            Err(error) => Err(error),
-        },
-        _ => Err(ErrorObject::method_not_found(&method)),
+    let work = async {
+        match method.as_str() {
+            "initialize" => match parse::<InitializeRequest>(params) {
+                Ok(params) => encode(agent.initialize(params).await),
+                Err(error) => Err(error),
+            },
+            "authenticate" => match parse::<AuthenticateRequest>(params) {
+                Ok(params) => encode(agent.authenticate(params).await),
+                Err(error) => Err(error),
+            },
+            "session/new" => match parse::<NewSessionRequest>(params) {
+                Ok(params) => encode(agent.new_session(params).await),
+                Err(error) => Err(error),
+            },
+            "session/load" => match parse::<LoadSessionRequest>(params) {
+                Ok(params) => encode(agent.load_session(params, client.clone()).await),
+                Err(error) => Err(error),
+            },
+            "session/set_mode" => match parse::<SetSessionModeRequest>(params) {
+                Ok(params) => encode(agent.set_session_mode(params).await),
+                Err(error) => Err(error),
+            },
+            "session/prompt" => match parse::<PromptRequest>(params) {
+                Ok(params) => encode(agent.prompt(params, client.clone()).await),
+                Err(error) => Err(error),
+            },
+            "logout" => match parse::<LogoutRequest>(params) {
+                Ok(params) => encode(agent.logout(params).await),
+                Err(error) => Err(error),
+            },
+            "session/list" => match parse::<ListSessionsRequest>(params) {
+                Ok(params) => encode(agent.list_sessions(params).await),
+                Err(error) => Err(error),
+            },
+            "session/resume" => match parse::<ResumeSessionRequest>(params) {
+                Ok(params) => encode(agent.resume_session(params, client.clone()).await),
+                Err(error) => Err(error),
+            },
+            "session/close" => match parse::<CloseSessionRequest>(params) {
+                Ok(params) => encode(agent.close_session(params).await),
+                Err(error) => Err(error),
+            },
+            "session/delete" => match parse::<DeleteSessionRequest>(params) {
+                Ok(params) => encode(agent.delete_session(params).await),
+                Err(error) => Err(error),
+            },
+            "session/set_config_option" => match parse::<SetSessionConfigOptionRequest>(params) {
+                Ok(params) => encode(agent.set_session_config_option(params).await),
+                Err(error) => Err(error),
+            },
+            other => agent.ext_method(other, params).await,
+        }
+    };
+    // `$/cancel_request` for this request: drop the work, answer -32800 (ACP "Cancellation").
+    let result = tokio::select! {
+        result = work => result,
+        () = request.cancelled() => Err(ErrorObject::request_cancelled()),
     };
     let request_id = request.id.clone();
     let answer = result.clone();

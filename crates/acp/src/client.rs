@@ -1,8 +1,9 @@
 //! The client role: drive an ACP agent (a spawned process or any stream pair) over an agentwire-jsonrpc connection.
 //!
 //! One dispatcher task reads the connection's [`Incoming`]: it routes `session/update` notifications to their
-//! session (in arrival order) and runs a task per agent request (`session/request_permission`, `fs/*`) on the
-//! installed handlers. Turns ([`Turn`]) merge the session's updates with the `session/prompt` answer; before a turn
+//! session (in arrival order) and runs a task per agent request (`session/request_permission`, `fs/*`,
+//! `terminal/*`, `elicitation/create`) on the installed handlers; `elicitation/complete` goes to the elicitation
+//! handler. Turns ([`Turn`]) merge the session's updates with the `session/prompt` answer; before a turn
 //! ends, the dispatcher is asked to route everything already read (a barrier), so every update the agent sent before
 //! its answer is yielded before [`TurnEvent::End`].
 
@@ -14,12 +15,17 @@ use std::time::Duration;
 
 use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
-    AuthenticateRequest, CancelNotification, ClientCapabilities, ContentBlock,
+    AuthenticateRequest, CancelNotification, ClientCapabilities, CloseSessionRequest,
+    CompleteElicitationNotification, ContentBlock, CreateElicitationRequest,
+    CreateElicitationResponse, DeleteSessionRequest, ElicitationAction, ElicitationScope,
     FileSystemCapabilities, Implementation, InitializeRequest, InitializeResponse,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
-    ReadTextFileRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SessionId, SessionModeState, SetSessionModeRequest, StopReason,
-    TextContent, WriteTextFileRequest,
+    ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
+    LogoutRequest, NewSessionRequest, NewSessionResponse, PromptRequest, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionCapabilities, SessionConfigId,
+    SessionConfigOption, SessionConfigOptionCategory, SessionConfigOptionValue, SessionId,
+    SessionModeState, SessionUpdate, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+    SetSessionModeRequest, StopReason, TextContent, UsageUpdate, WriteTextFileRequest,
 };
 use agentwire_jsonrpc::{
     Connection, ErrorObject, Incoming, IncomingMessage, IncomingRequest, PendingCall,
@@ -34,7 +40,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::AcpError;
 use crate::handlers::{
-    DynFsHandler, DynPermissionHandler, FsHandler, PermissionHandler, RejectPermissions,
+    DynElicitationHandler, DynFsHandler, DynPermissionHandler, ElicitationHandler, FsHandler,
+    PermissionHandler, RejectPermissions,
 };
 use crate::kandev::{Dialect, KandevEvent, KandevMapper};
 use crate::terminal::{DynTerminalHandler, TerminalHandler};
@@ -52,10 +59,17 @@ pub struct ClientConfig {
     /// Capacity, in updates, of each session's queue. Default 256. When a session's queue is full, the dispatcher
     /// waits (back-pressure to the agent through the pipe): drain [`Session`]/[`Turn`] updates.
     pub session_update_queue: usize,
-    /// Most updates kept for sessions not (yet) registered, e.g. an update sent right after the `session/new`
-    /// answer and read before [`Client::new_session`] returned. Default 1024. On overflow the oldest is dropped and
-    /// counted in [`ClientStats::unrouted_updates_dropped`].
+    /// Most updates kept for a session not registered yet *while a `session/new` is in flight* (an update sent
+    /// right after the `session/new` answer can be read before [`Client::new_session`] registers the session).
+    /// Default 1024. On overflow the oldest is dropped. An update for an unknown session while no `session/new` is
+    /// in flight (a session never created, or one whose [`Session`] was dropped) is dropped at once; when the last
+    /// `session/new` in flight ends, what is still kept (for sessions that were never created) is dropped. Every
+    /// drop is counted in [`ClientStats::unrouted_updates_dropped`].
     pub max_unrouted_updates: usize,
+    /// Most bytes (measured as the updates' JSON size) kept for unregistered sessions, under the same rule as
+    /// [`ClientConfig::max_unrouted_updates`]. Default 16 MiB. An update larger than this is dropped at once; on
+    /// overflow the oldest kept are dropped first.
+    pub max_unrouted_bytes: usize,
     /// How long closing the connection may wait for queued output to be written. Default 2 s.
     pub close_timeout: Duration,
 }
@@ -67,6 +81,7 @@ impl Default for ClientConfig {
             client_info: Implementation::new("agentwire-acp", env!("CARGO_PKG_VERSION")),
             session_update_queue: 256,
             max_unrouted_updates: 1024,
+            max_unrouted_bytes: 16 * 1024 * 1024,
             close_timeout: Duration::from_secs(2),
         }
     }
@@ -80,12 +95,17 @@ pub struct ClientStats {
     pub rpc: agentwire_jsonrpc::Stats,
     /// `session/update` notifications that are neither v1 nor Kandev shaped, dropped.
     pub invalid_updates: u64,
-    /// Updates for unregistered sessions dropped because [`ClientConfig::max_unrouted_updates`] were kept.
+    /// Updates for sessions that are not registered, dropped (see [`ClientConfig::max_unrouted_updates`]): a
+    /// session never created, a dropped [`Session`], or a buffer over its bounds.
     pub unrouted_updates_dropped: u64,
-    /// Updates for sessions whose [`Session`] was dropped.
+    /// Updates routed to a session whose [`Session`] was being dropped (once it is unregistered, later updates
+    /// for it count in [`ClientStats::unrouted_updates_dropped`]).
     pub updates_for_dropped_sessions: u64,
     /// Permission requests answered `cancelled` because the turn was cancelled.
     pub permissions_cancelled: u64,
+    /// `elicitation/create` requests answered without a user: declined (no handler installed) or cancelled (the
+    /// turn of their session was cancelled).
+    pub elicitations_refused: u64,
 }
 
 /// Configures and connects a [`Client`]: the handlers installed decide the capabilities advertised.
@@ -94,6 +114,7 @@ pub struct ClientBuilder {
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
     terminal: Option<Arc<dyn DynTerminalHandler>>,
+    elicitation: Option<Arc<dyn DynElicitationHandler>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -101,6 +122,8 @@ impl std::fmt::Debug for ClientBuilder {
         f.debug_struct("ClientBuilder")
             .field("config", &self.config)
             .field("fs", &self.fs.is_some())
+            .field("terminal", &self.terminal.is_some())
+            .field("elicitation", &self.elicitation.is_some())
             .finish()
     }
 }
@@ -112,13 +135,16 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Default config, [`RejectPermissions`] (fail closed), no file system and no terminals (neither advertised).
+    /// Default config, [`RejectPermissions`] (fail closed), no file system, no terminals and no elicitation handler
+    /// (none advertised; an `elicitation/create` sent anyway is declined, as
+    /// [`DeclineElicitations`](crate::DeclineElicitations) does).
     pub fn new() -> Self {
         ClientBuilder {
             config: ClientConfig::default(),
             permission: Arc::new(RejectPermissions),
             fs: None,
             terminal: None,
+            elicitation: None,
         }
     }
 
@@ -146,7 +172,14 @@ impl ClientBuilder {
         self
     }
 
-    /// The `clientCapabilities` this builder advertises.
+    /// Installs an elicitation handler and advertises its [`ElicitationHandler::capabilities`] as
+    /// `clientCapabilities.elicitation`. Without one nothing is advertised and requests are declined.
+    pub fn elicitation_handler(mut self, handler: impl ElicitationHandler) -> Self {
+        self.elicitation = Some(Arc::new(handler));
+        self
+    }
+
+    /// The `clientCapabilities` this builder advertises: only what the installed handlers serve.
     pub fn capabilities(&self) -> ClientCapabilities {
         let fs = self.fs.is_some();
         ClientCapabilities::new()
@@ -154,6 +187,11 @@ impl ClientBuilder {
                 .read_text_file(fs)
                 .write_text_file(fs))
             .terminal(self.terminal.is_some())
+            .elicitation(
+                self.elicitation
+                    .as_ref()
+                    .map(|handler| handler.capabilities()),
+            )
     }
 
     /// A client over `reader` (the agent's stdout) and `writer` (the agent's stdin). Spawns its tasks on the current
@@ -211,9 +249,10 @@ impl ClientBuilder {
         let capabilities = self.capabilities();
         let router = Arc::new(Router {
             sessions: Mutex::new(HashMap::new()),
-            unrouted: Mutex::new(VecDeque::new()),
+            unrouted: Mutex::new(Unrouted::default()),
             kandev: Mutex::new(KandevRouting::default()),
             max_unrouted: self.config.max_unrouted_updates,
+            max_unrouted_bytes: self.config.max_unrouted_bytes,
             counters: Counters::default(),
         });
         // Unbounded but small: at most one barrier per turn that is ending.
@@ -223,6 +262,7 @@ impl ClientBuilder {
             permission: self.permission,
             fs: self.fs,
             terminal: self.terminal,
+            elicitation: self.elicitation,
         };
         tokio::spawn(dispatcher.run(incoming, control_rx));
         Client {
@@ -291,6 +331,32 @@ enum Control {
     Barrier(oneshot::Sender<()>),
 }
 
+/// The JSON size of an update, in bytes (what keeping it costs, roughly); counted without building the JSON.
+fn routed_bytes(routed: &Routed) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let written = match routed {
+        Routed::Update(Update::Known(update)) => serde_json::to_writer(&mut count, update.as_ref()),
+        Routed::Update(Update::Raw { update, .. }) => serde_json::to_writer(&mut count, update),
+        Routed::KandevEnd(Ok(_)) => Ok(()),
+        Routed::KandevEnd(Err(message)) => serde_json::to_writer(&mut count, message),
+    };
+    match written {
+        Ok(()) => count.0,
+        // Not serializable (cannot happen for these types): count it as too large to keep.
+        Err(_) => usize::MAX,
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks cannot leave the data inconsistent (plain inserts/removes).
     mutex
@@ -351,6 +417,7 @@ impl Client {
             unrouted_updates_dropped: counters.unrouted_dropped.load(Ordering::Relaxed),
             updates_for_dropped_sessions: counters.dropped_sessions.load(Ordering::Relaxed),
             permissions_cancelled: counters.permissions_cancelled.load(Ordering::Relaxed),
+            elicitations_refused: counters.elicitations_refused.load(Ordering::Relaxed),
         }
     }
 
@@ -422,6 +489,116 @@ impl Client {
         Ok(())
     }
 
+    /// The agent's `sessionCapabilities` (empty before `initialize` and for the Kandev dialect).
+    pub fn session_capabilities(&self) -> SessionCapabilities {
+        lock(&self.inner.state)
+            .agent
+            .as_ref()
+            .map(|agent| agent.agent_capabilities.session_capabilities.clone())
+            .unwrap_or_default()
+    }
+
+    fn require_v1(&self, capability: &'static str, has: bool) -> Result<(), AcpError> {
+        match self.require_dialect()? {
+            Dialect::AcpV1 if has => Ok(()),
+            _ => Err(AcpError::CapabilityMissing { capability }),
+        }
+    }
+
+    /// Sends `logout {}`: the agent forgets its credentials (ACP v1 "Authentication", schema `$defs/LogoutRequest`).
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] unless the agent advertised `agentCapabilities.auth.logout`;
+    /// [`AcpError::Rpc`], [`AcpError::ConnectionClosed`].
+    pub async fn logout(&self) -> Result<(), AcpError> {
+        let has = self
+            .agent()
+            .is_some_and(|agent| agent.agent_capabilities.auth.logout.is_some());
+        self.require_v1("agentCapabilities.auth.logout", has)?;
+        self.call("logout", to_params(&LogoutRequest::new())?)
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `session/list {"cwd"?,"cursor"?}` (ACP v1 "Session List", schema `$defs/ListSessionsRequest`): one
+    /// page of the agent's stored sessions; pass `nextCursor` back as `cursor` for the next.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] unless `sessionCapabilities.list` was advertised; [`AcpError::Rpc`],
+    /// [`AcpError::InvalidResponse`], [`AcpError::ConnectionClosed`].
+    pub async fn list_sessions(
+        &self,
+        request: ListSessionsRequest,
+    ) -> Result<ListSessionsResponse, AcpError> {
+        const METHOD: &str = "session/list";
+        let has = self.session_capabilities().list.is_some();
+        self.require_v1("agentCapabilities.sessionCapabilities.list", has)?;
+        let answer = self.call(METHOD, to_params(&request)?).await?;
+        parse_answer(METHOD, answer)
+    }
+
+    /// Sends `session/resume {"sessionId":…,"cwd":…,"mcpServers":[]}` (ACP v1 "Resuming Sessions"): reopens a
+    /// stored session **without** a history replay. The session is registered before the request goes out, so
+    /// an agent that replays anyway is seen ([`Session::next_update`]).
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] unless `sessionCapabilities.resume` was advertised; otherwise as
+    /// [`Client::new_session`].
+    pub async fn resume_session(
+        &self,
+        session_id: SessionId,
+        cwd: &Path,
+    ) -> Result<Session, AcpError> {
+        const METHOD: &str = "session/resume";
+        let has = self.session_capabilities().resume.is_some();
+        self.require_v1("agentCapabilities.sessionCapabilities.resume", has)?;
+        let request = ResumeSessionRequest::new(session_id.clone(), cwd).mcp_servers(Vec::new());
+        let params = to_params(&request)?;
+        let mut session = self.register(session_id, None);
+        let answer = self.call(METHOD, params).await?;
+        let answer = if answer.is_null() {
+            Value::Object(serde_json::Map::new())
+        } else {
+            answer
+        };
+        let response: ResumeSessionResponse = parse_answer(METHOD, answer)?;
+        session.modes = response.modes;
+        session.config_options = response.config_options;
+        Ok(session)
+    }
+
+    /// Sends `session/close {"sessionId":…}` (ACP v1 "Closing Sessions"): the agent frees the session (it may be
+    /// resumed or loaded later). See also [`Session::close`].
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] unless `sessionCapabilities.close` was advertised; [`AcpError::Rpc`],
+    /// [`AcpError::ConnectionClosed`].
+    pub async fn close_session(&self, session_id: &SessionId) -> Result<(), AcpError> {
+        let has = self.session_capabilities().close.is_some();
+        self.require_v1("agentCapabilities.sessionCapabilities.close", has)?;
+        let request = CloseSessionRequest::new(session_id.clone());
+        self.call("session/close", to_params(&request)?).await?;
+        Ok(())
+    }
+
+    /// Sends `session/delete {"sessionId":…}` (ACP v1 "Deleting Sessions"): the agent forgets a stored session.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] unless `sessionCapabilities.delete` was advertised; [`AcpError::Rpc`],
+    /// [`AcpError::ConnectionClosed`].
+    pub async fn delete_session(&self, session_id: &SessionId) -> Result<(), AcpError> {
+        let has = self.session_capabilities().delete.is_some();
+        self.require_v1("agentCapabilities.sessionCapabilities.delete", has)?;
+        let request = DeleteSessionRequest::new(session_id.clone());
+        self.call("session/delete", to_params(&request)?).await?;
+        Ok(())
+    }
+
     /// Creates a session with `cwd` (absolute) and no MCP servers.
     ///
     /// JSON sent (v1): `{"cwd":"/work","mcpServers":[]}`; Kandev dialect: `{}`.
@@ -447,14 +624,16 @@ impl Client {
             Dialect::AcpV1 => to_params(&request)?,
             Dialect::Kandev => Some(Value::Object(serde_json::Map::new())),
         };
+        // Updates for the new session may be read before it is registered: keep them meanwhile.
+        let _creating = self.inner.router.creating();
         let answer = self.call(METHOD, params).await?;
-        let (session_id, modes) = match dialect {
+        let (session_id, modes, config_options) = match dialect {
             Dialect::AcpV1 => {
                 let response: NewSessionResponse = parse_answer(METHOD, answer)?;
-                (response.session_id, response.modes)
+                (response.session_id, response.modes, response.config_options)
             }
             Dialect::Kandev => match answer.get("sessionId").and_then(Value::as_str) {
-                Some(id) => (SessionId::new(id), None),
+                Some(id) => (SessionId::new(id), None, None),
                 None => {
                     return Err(AcpError::invalid_response(
                         METHOD,
@@ -463,7 +642,9 @@ impl Client {
                 }
             },
         };
-        Ok(self.register(session_id, modes))
+        let mut session = self.register(session_id, modes);
+        session.config_options = config_options;
+        Ok(session)
     }
 
     /// Loads a saved session: the agent replays its history as `session/update`s, which the returned [`Session`]
@@ -508,6 +689,7 @@ impl Client {
             };
             let response: LoadSessionResponse = parse_answer(METHOD, answer)?;
             session.modes = response.modes;
+            session.config_options = response.config_options;
         }
         Ok(session)
     }
@@ -515,17 +697,21 @@ impl Client {
     fn register(&self, session_id: SessionId, modes: Option<SessionModeState>) -> Session {
         let (tx, rx) = mpsc::channel(self.inner.config.session_update_queue.max(1));
         let shared = Arc::new(SessionShared::default());
-        let backlog = self
-            .inner
-            .router
-            .register(session_id.clone(), tx, shared.clone());
+        let (backlog, previous) =
+            self.inner
+                .router
+                .register(session_id.clone(), tx, shared.clone());
         Session {
             id: session_id,
             client: self.clone(),
             rx,
             backlog,
             shared,
+            previous,
             modes,
+            config_options: None,
+            usage: None,
+            title: None,
         }
     }
 
@@ -587,6 +773,7 @@ struct Counters {
     unrouted_dropped: AtomicU64,
     dropped_sessions: AtomicU64,
     permissions_cancelled: AtomicU64,
+    elicitations_refused: AtomicU64,
 }
 
 #[derive(Default)]
@@ -601,34 +788,131 @@ struct SessionSlot {
     shared: Arc<SessionShared>,
 }
 
+/// Updates for sessions not registered yet, kept only while a `session/new` is in flight.
+#[derive(Default)]
+struct Unrouted {
+    /// `(session, update, its JSON size)`, oldest first.
+    queue: VecDeque<(SessionId, Routed, usize)>,
+    /// The sum of the queue's sizes.
+    bytes: usize,
+    /// `session/new` calls in flight (until their session is registered or the call failed).
+    creating: usize,
+}
+
+impl Unrouted {
+    /// Drops the oldest kept update; false when none is left.
+    fn drop_oldest(&mut self, counters: &Counters) -> bool {
+        let Some((_, _, size)) = self.queue.pop_front() else {
+            return false;
+        };
+        self.bytes = self.bytes.saturating_sub(size);
+        counters.unrouted_dropped.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Marks a `session/new` in flight for the router; dropped after the session is registered (or the call failed).
+struct Creating<'a> {
+    router: &'a Router,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        let mut unrouted = lock(&self.router.unrouted);
+        unrouted.creating = unrouted.creating.saturating_sub(1);
+        if unrouted.creating == 0 {
+            // No session can still claim what is kept: those sessions were never created.
+            while unrouted.drop_oldest(&self.router.counters) {}
+        }
+    }
+}
+
 struct Router {
     sessions: Mutex<HashMap<SessionId, SessionSlot>>,
     /// Lock order: `sessions`, then `unrouted`.
-    unrouted: Mutex<VecDeque<(SessionId, Routed)>>,
+    unrouted: Mutex<Unrouted>,
     kandev: Mutex<KandevRouting>,
     max_unrouted: usize,
+    max_unrouted_bytes: usize,
     counters: Counters,
 }
 
 impl Router {
-    /// Registers a session and returns the updates that arrived for it before.
+    /// Registers a session; returns the updates that arrived for it before, and the registration it replaced (a
+    /// handle on the same id still alive, e.g. before a `session/resume` of it).
     fn register(
         &self,
         id: SessionId,
         tx: mpsc::Sender<Routed>,
         shared: Arc<SessionShared>,
-    ) -> VecDeque<Routed> {
+    ) -> (VecDeque<Routed>, Option<SessionSlot>) {
         let mut sessions = lock(&self.sessions);
-        sessions.insert(id.clone(), SessionSlot { tx, shared });
+        let previous = sessions.insert(id.clone(), SessionSlot { tx, shared });
         let mut unrouted = lock(&self.unrouted);
-        let (mine, others): (VecDeque<_>, VecDeque<_>) =
-            unrouted.drain(..).partition(|(session, _)| *session == id);
-        *unrouted = others;
-        mine.into_iter().map(|(_, routed)| routed).collect()
+        let (mine, others): (VecDeque<_>, VecDeque<_>) = unrouted
+            .queue
+            .drain(..)
+            .partition(|(session, _, _)| *session == id);
+        unrouted.queue = others;
+        unrouted.bytes = unrouted.queue.iter().map(|(_, _, size)| size).sum();
+        (
+            mine.into_iter().map(|(_, routed, _)| routed).collect(),
+            previous,
+        )
     }
 
-    fn unregister(&self, id: &SessionId) {
-        lock(&self.sessions).remove(id);
+    /// Marks a `session/new` in flight until the guard is dropped.
+    fn creating(&self) -> Creating<'_> {
+        lock(&self.unrouted).creating += 1;
+        Creating { router: self }
+    }
+
+    /// Keeps an update for an unregistered session while a `session/new` is in flight, within the bounds;
+    /// otherwise drops and counts it.
+    fn keep_unrouted(&self, id: SessionId, routed: Routed) {
+        let mut unrouted = lock(&self.unrouted);
+        let size = if unrouted.creating == 0 || self.max_unrouted == 0 {
+            None
+        } else {
+            Some(routed_bytes(&routed)).filter(|&size| size <= self.max_unrouted_bytes)
+        };
+        let Some(size) = size else {
+            self.counters
+                .unrouted_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(session = %id, "dropping an update for a session that is not registered");
+            return;
+        };
+        while unrouted.queue.len() >= self.max_unrouted
+            || unrouted.bytes + size > self.max_unrouted_bytes
+        {
+            if !unrouted.drop_oldest(&self.counters) {
+                break;
+            }
+        }
+        unrouted.bytes += size;
+        unrouted.queue.push_back((id, routed, size));
+    }
+
+    /// Unregisters `id` if its slot is still `shared`'s (a later registration of the same id is left alone). The
+    /// registration it replaced takes over again when its handle is still alive (a failed `session/resume` or
+    /// `session/load` of an id whose old handle is in use leaves that handle working).
+    fn unregister(
+        &self,
+        id: &SessionId,
+        shared: &Arc<SessionShared>,
+        previous: Option<SessionSlot>,
+    ) {
+        let mut sessions = lock(&self.sessions);
+        if sessions
+            .get(id)
+            .is_some_and(|slot| Arc::ptr_eq(&slot.shared, shared))
+        {
+            match previous.filter(|slot| !slot.tx.is_closed()) {
+                Some(slot) => sessions.insert(id.clone(), slot),
+                None => sessions.remove(id),
+            };
+        }
     }
 
     fn turn_token(&self, id: &SessionId) -> Option<CancellationToken> {
@@ -643,16 +927,8 @@ impl Router {
             match sessions.get(&id) {
                 Some(slot) => slot.tx.clone(),
                 None => {
-                    let mut unrouted = lock(&self.unrouted);
-                    if unrouted.len() >= self.max_unrouted {
-                        unrouted.pop_front();
-                        self.counters
-                            .unrouted_dropped
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.max_unrouted > 0 {
-                        unrouted.push_back((id, routed));
-                    }
+                    // Still under the `sessions` lock: a session registered meanwhile takes what is kept.
+                    self.keep_unrouted(id, routed);
                     return;
                 }
             }
@@ -670,6 +946,7 @@ struct Dispatcher {
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
     terminal: Option<Arc<dyn DynTerminalHandler>>,
+    elicitation: Option<Arc<dyn DynElicitationHandler>>,
 }
 
 impl Dispatcher {
@@ -708,6 +985,19 @@ impl Dispatcher {
             {
                 self.on_update(notification.params).await;
             }
+            IncomingMessage::Notification(notification)
+                if notification.method == "elicitation/complete" =>
+            {
+                let parsed = parse_params::<CompleteElicitationNotification>(notification.params);
+                match (&self.elicitation, parsed) {
+                    (Some(handler), Ok(complete)) => {
+                        let handler = handler.clone();
+                        tokio::spawn(async move { handler.complete_elicitation(complete).await });
+                    }
+                    (None, _) => tracing::debug!("elicitation/complete without a handler"),
+                    (_, Err(error)) => tracing::debug!(?error, "invalid elicitation/complete"),
+                }
+            }
             IncomingMessage::Notification(notification) => {
                 tracing::debug!(method = %notification.method, "ignoring agent notification");
             }
@@ -717,6 +1007,7 @@ impl Dispatcher {
                     permission: self.permission.clone(),
                     fs: self.fs.clone(),
                     terminal: self.terminal.clone(),
+                    elicitation: self.elicitation.clone(),
                 };
                 tokio::spawn(task.run(request));
             }
@@ -766,6 +1057,7 @@ struct AgentRequestTask {
     permission: Arc<dyn DynPermissionHandler>,
     fs: Option<Arc<dyn DynFsHandler>>,
     terminal: Option<Arc<dyn DynTerminalHandler>>,
+    elicitation: Option<Arc<dyn DynElicitationHandler>>,
 }
 
 fn parse_params<T: DeserializeOwned>(params: Option<Value>) -> Result<T, ErrorObject> {
@@ -802,6 +1094,10 @@ impl AgentRequestTask {
                     (Some(fs), Ok(params)) => to_result(fs.write_text_file(params).await),
                 }
             }
+            "elicitation/create" => match parse_params::<CreateElicitationRequest>(params) {
+                Ok(params) => self.elicitation(params, &request).await,
+                Err(error) => Err(error),
+            },
             terminal if terminal.starts_with("terminal/") => match &self.terminal {
                 Some(handler) => handler.handle(terminal, params).await,
                 None => Err(ErrorObject::method_not_found(&method)),
@@ -811,6 +1107,46 @@ impl AgentRequestTask {
         if let Err(error) = request.respond(result).await {
             tracing::debug!(%error, %method, "could not answer the agent's request");
         }
+    }
+
+    /// `elicitation/create`: the handler's answer; `cancel` when the turn of its session is (or gets) cancelled;
+    /// `decline` without a handler (fail closed); -32800 on `$/cancel_request`.
+    async fn elicitation(
+        &self,
+        params: CreateElicitationRequest,
+        request: &IncomingRequest,
+    ) -> Result<Value, ErrorObject> {
+        let token = match params.scope() {
+            ElicitationScope::Session(scope) => self.router.turn_token(&scope.session_id),
+            _ => None,
+        };
+        let refused = |action: ElicitationAction| {
+            self.router
+                .counters
+                .elicitations_refused
+                .fetch_add(1, Ordering::Relaxed);
+            CreateElicitationResponse::new(action)
+        };
+        let handler = self.elicitation.clone();
+        let ask = async move {
+            match handler {
+                Some(handler) => Some(handler.create_elicitation(params).await),
+                None => None,
+            }
+        };
+        let response = match token {
+            Some(token) if token.is_cancelled() => refused(ElicitationAction::Cancel),
+            Some(token) => tokio::select! {
+                answer = ask => answer.unwrap_or_else(|| refused(ElicitationAction::Decline)),
+                () = token.cancelled() => refused(ElicitationAction::Cancel),
+                () = request.cancelled() => return Err(ErrorObject::request_cancelled()),
+            },
+            None => tokio::select! {
+                answer = ask => answer.unwrap_or_else(|| refused(ElicitationAction::Decline)),
+                () = request.cancelled() => return Err(ErrorObject::request_cancelled()),
+            },
+        };
+        to_result(Ok(response))
     }
 
     async fn permission(
@@ -846,14 +1182,19 @@ impl AgentRequestTask {
 ///
 /// Updates that arrive outside a turn (a `session/load` replay, updates sent after a prompt answer) are read with
 /// [`Session::next_update`]; during a turn, [`Turn::next`] yields them. Dropping the session unregisters it (later
-/// updates for it are counted in [`ClientStats::updates_for_dropped_sessions`] or kept as unrouted).
+/// updates for it are dropped and counted in [`ClientStats::unrouted_updates_dropped`]).
 pub struct Session {
     id: SessionId,
     client: Client,
     rx: mpsc::Receiver<Routed>,
     backlog: VecDeque<Routed>,
     shared: Arc<SessionShared>,
+    /// The registration this one replaced (see `Router::unregister`).
+    previous: Option<SessionSlot>,
     modes: Option<SessionModeState>,
+    config_options: Option<Vec<SessionConfigOption>>,
+    usage: Option<UsageUpdate>,
+    title: Option<String>,
 }
 
 impl std::fmt::Debug for Session {
@@ -866,7 +1207,11 @@ impl std::fmt::Debug for Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.client.inner.router.unregister(&self.id);
+        let previous = self.previous.take();
+        self.client
+            .inner
+            .router
+            .unregister(&self.id, &self.shared, previous);
     }
 }
 
@@ -881,15 +1226,60 @@ impl Session {
         self.modes.as_ref()
     }
 
-    async fn recv(&mut self) -> Option<Routed> {
-        match self.backlog.pop_front() {
-            Some(routed) => Some(routed),
-            None => self.rx.recv().await,
+    /// The session's configuration options (`model`, `mode`, …) as last announced: by `session/new`,
+    /// `session/load`, `session/resume`, a `session/set_config_option` answer, or a `config_option_update` read
+    /// from this session.
+    pub fn config_options(&self) -> Option<&[SessionConfigOption]> {
+        self.config_options.as_deref()
+    }
+
+    /// The last `usage_update` read from this session (context tokens `used` of `size`, and `cost` when the agent
+    /// reports it). Source: ACP v1 "Session Usage", schema `$defs/UsageUpdate`.
+    pub fn usage(&self) -> Option<&UsageUpdate> {
+        self.usage.as_ref()
+    }
+
+    /// The title from the last `session_info_update` read from this session that set one.
+    pub fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    /// Keeps what the session tracks from an update passing through (config options, usage, title).
+    fn note(&mut self, routed: &Routed) {
+        let Routed::Update(Update::Known(update)) = routed else {
+            return;
+        };
+        match update.as_ref() {
+            SessionUpdate::ConfigOptionUpdate(update) => {
+                self.config_options = Some(update.config_options.clone());
+            }
+            SessionUpdate::UsageUpdate(update) => self.usage = Some(update.clone()),
+            SessionUpdate::SessionInfoUpdate(info) => {
+                if let agent_client_protocol_schema::MaybeUndefined::Value(title) = &info.title {
+                    self.title = Some(title.clone());
+                }
+            }
+            _ => {}
         }
     }
 
+    async fn recv(&mut self) -> Option<Routed> {
+        let routed = match self.backlog.pop_front() {
+            Some(routed) => Some(routed),
+            None => self.rx.recv().await,
+        };
+        if let Some(routed) = &routed {
+            self.note(routed);
+        }
+        routed
+    }
+
     fn try_recv(&mut self) -> Option<Routed> {
-        self.backlog.pop_front().or_else(|| self.rx.try_recv().ok())
+        let routed = self.backlog.pop_front().or_else(|| self.rx.try_recv().ok());
+        if let Some(routed) = &routed {
+            self.note(routed);
+        }
+        routed
     }
 
     /// The next update outside a turn; `None` once the connection is closed. A Kandev end-of-turn outside a turn is
@@ -994,6 +1384,64 @@ impl Session {
             .call("session/set_mode", to_params(&request)?)
             .await?;
         Ok(())
+    }
+
+    /// Sends `session/set_config_option {"sessionId":…,"configId":…,"value":…}` (ACP v1 "Session Config
+    /// Options"; a select takes a value id, a boolean `{"type":"boolean","value":true}`) and keeps the answered
+    /// state of every option.
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::Rpc`] (e.g. -32602 for an unknown option or value), [`AcpError::InvalidResponse`],
+    /// [`AcpError::ConnectionClosed`]; [`AcpError::CapabilityMissing`] (`configOptions`) in the Kandev dialect.
+    pub async fn set_config_option(
+        &mut self,
+        config_id: impl Into<SessionConfigId>,
+        value: SessionConfigOptionValue,
+    ) -> Result<&[SessionConfigOption], AcpError> {
+        const METHOD: &str = "session/set_config_option";
+        // The Kandev dialect has no config options.
+        self.client.require_v1("configOptions", true)?;
+        let request = SetSessionConfigOptionRequest::new(self.id.clone(), config_id, value);
+        let answer = self.client.call(METHOD, to_params(&request)?).await?;
+        let response: SetSessionConfigOptionResponse = parse_answer(METHOD, answer)?;
+        Ok(self.config_options.insert(response.config_options))
+    }
+
+    /// The config option of category `model`, if the agent offers one.
+    pub fn model_option(&self) -> Option<&SessionConfigOption> {
+        self.config_options
+            .as_deref()?
+            .iter()
+            .find(|option| option.category == Some(SessionConfigOptionCategory::Model))
+    }
+
+    /// Selects `model` with the agent's `model` config option (`session/set_model` is gone from v1: models are a
+    /// config option of category `model`).
+    ///
+    /// # Errors
+    ///
+    /// [`AcpError::CapabilityMissing`] (`configOptions[category=model]`) when the agent offers no model option;
+    /// otherwise as [`Session::set_config_option`] (an unknown model is the agent's -32602).
+    pub async fn set_model(&mut self, model: &str) -> Result<(), AcpError> {
+        let Some(option) = self.model_option() else {
+            return Err(AcpError::CapabilityMissing {
+                capability: "configOptions[category=model]",
+            });
+        };
+        let id = option.id.clone();
+        self.set_config_option(id, SessionConfigOptionValue::value_id(model.to_owned()))
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `session/close` for this session and drops it ([`Client::close_session`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::close_session`].
+    pub async fn close(self) -> Result<(), AcpError> {
+        self.client.close_session(&self.id).await
     }
 }
 
@@ -1230,69 +1678,113 @@ impl Turn<'_> {
 mod tests {
     use super::*;
 
-    fn router(max_unrouted: usize) -> Router {
+    fn router(max_unrouted: usize, max_unrouted_bytes: usize) -> Router {
         Router {
             sessions: Mutex::new(HashMap::new()),
-            unrouted: Mutex::new(VecDeque::new()),
+            unrouted: Mutex::new(Unrouted::default()),
             kandev: Mutex::new(KandevRouting::default()),
             max_unrouted,
+            max_unrouted_bytes,
             counters: Counters::default(),
         }
     }
 
+    /// A raw update whose JSON size is `"n"` plus quotes: 3 bytes for one digit.
     fn text(n: usize) -> Routed {
         Routed::Update(Update::Raw {
             kind: Some(n.to_string()),
-            update: Value::Null,
+            update: Value::String(n.to_string()),
             error: String::new(),
         })
     }
 
-    /// Routes `sent` updates for a session not registered yet, then registers it: what it gets, and the drop count.
-    fn check(max_unrouted: usize, sent: usize, expect_kept: &[&str], expect_dropped: u64) {
-        let router = router(max_unrouted);
+    fn route_all(router: &Router, session: &str, numbers: impl IntoIterator<Item = usize>) {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            for n in 0..sent {
-                router.route(SessionId::new("later"), text(n)).await;
+            for n in numbers {
+                router.route(SessionId::new(session), text(n)).await;
             }
-            router.route(SessionId::new("other"), text(99)).await;
         });
-        let (tx, _rx) = mpsc::channel(1);
-        let backlog = router.register(
-            SessionId::new("later"),
-            tx,
-            Arc::new(SessionShared::default()),
-        );
-        let kept: Vec<String> = backlog
+    }
+
+    fn kinds(backlog: &VecDeque<Routed>) -> Vec<String> {
+        backlog
             .iter()
             .filter_map(|routed| match routed {
                 Routed::Update(Update::Raw { kind, .. }) => kind.clone(),
                 _ => None,
             })
-            .collect();
-        assert_eq!(kept, expect_kept);
-        assert_eq!(
-            router.counters.unrouted_dropped.load(Ordering::Relaxed),
-            expect_dropped
+            .collect()
+    }
+
+    fn dropped(router: &Router) -> u64 {
+        router.counters.unrouted_dropped.load(Ordering::Relaxed)
+    }
+
+    /// While a `session/new` is in flight, routes `sent` updates for `later` and one for `other`, then registers
+    /// `later`: what it gets, and the drop count before and after the creation ends.
+    fn check(
+        limits: (usize, usize),
+        sent: usize,
+        expect_kept: &[&str],
+        expect_dropped: u64,
+        expect_dropped_after: u64,
+    ) {
+        let router = router(limits.0, limits.1);
+        let creating = router.creating();
+        route_all(&router, "later", 0..sent);
+        route_all(&router, "other", [9]);
+        let (tx, _rx) = mpsc::channel(1);
+        let (backlog, _) = router.register(
+            SessionId::new("later"),
+            tx,
+            Arc::new(SessionShared::default()),
         );
+        assert_eq!(kinds(&backlog), expect_kept);
+        assert_eq!(dropped(&router), expect_dropped);
+        drop(creating);
+        assert_eq!(dropped(&router), expect_dropped_after);
+        assert!(lock(&router.unrouted).queue.is_empty());
+        assert_eq!(lock(&router.unrouted).bytes, 0);
     }
 
     #[test]
-    fn unrouted_updates_are_kept_up_to_the_limit() {
-        // 3 for `later` + 1 for `other` = 4 kept at a limit of 4; one past it drops the oldest.
-        check(4, 3, &["0", "1", "2"], 0);
-        check(4, 4, &["1", "2", "3"], 1);
-        check(0, 2, &[], 3);
+    fn unrouted_updates_are_kept_up_to_the_limits_while_a_session_is_created() {
+        // 3 for `later` + 1 for `other` = 4 kept at a limit of 4; one past it drops the oldest. The one for `other`
+        // (never created) is dropped when the creation ends.
+        check((4, 1024), 3, &["0", "1", "2"], 0, 1);
+        check((4, 1024), 4, &["1", "2", "3"], 1, 2);
+        check((0, 1024), 2, &[], 3, 3);
+        // By bytes: each update is 3 bytes; 12 bytes hold 4, 11 hold 3; an update over the byte limit is dropped.
+        check((100, 12), 3, &["0", "1", "2"], 0, 1);
+        check((100, 11), 3, &["1", "2"], 1, 2);
+        check((100, 2), 3, &[], 4, 4);
+    }
+
+    #[test]
+    fn updates_for_sessions_never_created_are_dropped_at_once() {
+        let router = router(1024, 1 << 20);
+        route_all(&router, "ghost", 0..100);
+        assert_eq!(dropped(&router), 100);
+        assert!(lock(&router.unrouted).queue.is_empty());
+        // Two creations in flight: what is kept survives the first one's end, not the last one's.
+        let first = router.creating();
+        let second = router.creating();
+        route_all(&router, "ghost", [1]);
+        drop(first);
+        assert_eq!(lock(&router.unrouted).queue.len(), 1);
+        drop(second);
+        assert_eq!(dropped(&router), 101);
     }
 
     #[test]
     fn updates_for_a_registered_session_bypass_the_unrouted_buffer() {
-        let router = router(1);
+        let router = router(1, 1024);
         let (tx, mut rx) = mpsc::channel(4);
-        let backlog = router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
+        let (backlog, _) =
+            router.register(SessionId::new("s"), tx, Arc::new(SessionShared::default()));
         assert!(backlog.is_empty());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -9,16 +9,33 @@
 //!    line is inspected on its way to the client.
 //! 2. `initialize` (protocol version 1), `session/new`, one prompt turn ([`CheckPlan::prompt`]).
 //! 3. A second turn ([`CheckPlan::cancel_prompt`]): at its first update the check sends `session/cancel` and
-//!    watches the answer.
-//! 4. An unknown method (`agentwire/conformance_probe`), then stdin EOF and [`CheckLimits::exit_grace`] for the exit
-//!    (then the stop ladder kills the process group).
+//!    watches the answer, and any permission request the agent still asks after it (answered `cancelled`).
+//! 4. An unknown method (`agentwire/conformance_probe`), waited for at most [`CheckLimits::probe_timeout`] (then
+//!    `$/cancel_request` is sent for it).
+//! 5. What the agent advertised, each on the first session: `session/list`, `session/set_config_option` (its first
+//!    select option set to its current value: no change), `session/resume`, `session/load`, `session/close`,
+//!    `session/delete` (of the check's own session), and `logout` only when [`CheckPlan::logout`] says so (it would
+//!    end the user's real login). Methods not advertised are skipped.
+//! 6. stdin EOF and [`CheckLimits::exit_grace`] for the exit (then the stop ladder kills the process group).
 //!
 //! The cancel rule is judged only when the agent demonstrably kept working after the cancel (it sent an update
 //! after it): a turn that ended before the cancel reached the agent is `skipped`, not failed — a black-box check
-//! cannot tell otherwise. The verdicts are kept by [`RuleBook`] (pure); [`run_check`] is the IO shell.
+//! cannot tell otherwise. Replays are judged on the wire, in the order the agent wrote: the pipe inspector watches the
+//! client's `session/resume` and `session/load` requests and counts the `user_message_chunk`s of their session
+//! before and after each answer (a live turn never sends user messages; a replay does).
+//!
+//! Every rule names the spec section it checks ([`Rule::spec`]); the interop faults seen in public bug reports each
+//! have one: `end_turn` or an error answered after `session/cancel` (`cancel_yields_cancelled`), permission requests
+//! after the cancel (`no_permission_request_after_cancel`), updates replayed by a resume
+//! (`session_resume_does_not_replay`), a load answered before its replay (`session_load_replays_before_answer`), an
+//! unknown request never answered (`unknown_request_answered`), a string `protocolVersion`
+//! (`initialize_answers_integer_version`). The check advertises no client capability, so any `fs/*`, `terminal/*`
+//! or `elicitation/create` request fails `client_capabilities_respected`. The verdicts are kept by [`RuleBook`] (pure); [`run_check`] is the IO
+//! shell.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,7 +48,11 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::client::{Client, ClientBuilder, Session};
-use crate::schema::{PromptRequest, StopReason};
+use crate::handlers::{PermissionHandler, RejectPermissions};
+use crate::schema::{
+    ListSessionsRequest, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionConfigKind, SessionConfigOptionValue, StopReason,
+};
 use crate::update::Update;
 
 /// How strict a rule is.
@@ -53,62 +74,138 @@ pub struct Rule {
     pub severity: Severity,
     /// One line: what a conforming agent does.
     pub description: &'static str,
+    /// The spec section the rule checks: `Page § Section <URL>` on agentclientprotocol.com (v1).
+    pub spec: &'static str,
 }
 
-const fn must(id: &'static str, description: &'static str) -> Rule {
+const fn must(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
     Rule {
         id,
         severity: Severity::Must,
         description,
+        spec,
     }
 }
 
-const fn should(id: &'static str, description: &'static str) -> Rule {
+const fn should(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
     Rule {
         id,
         severity: Severity::Should,
         description,
+        spec,
     }
 }
 
+const TRANSPORT: &str = "Transports § stdio <https://agentclientprotocol.com/protocol/transports>";
+const CANCELLATION: &str = "Prompt Turn § Cancellation <https://agentclientprotocol.com/protocol/prompt-turn#cancellation>";
+
 /// Every rule, in report order.
 pub const RULES: &[Rule] = &[
-    must("spawns", "the agent process starts"),
+    must("spawns", "the agent process starts", TRANSPORT),
     must(
         "initialize_answers_integer_version",
-        "initialize is answered with protocolVersion 1 (an integer) and valid capabilities",
+        "initialize is answered with protocolVersion 1 (an integer, not a string like \"1\" or \"1.0\") and valid capabilities",
+        "Initialization § Protocol version <https://agentclientprotocol.com/protocol/initialization#protocol-version>",
     ),
     must(
         "session_new_returns_id",
         "session/new {cwd, mcpServers: []} is answered with a string sessionId",
+        "Session Setup § Creating a Session <https://agentclientprotocol.com/protocol/session-setup#creating-a-session>",
     ),
     must(
         "prompt_returns_stop_reason",
         "session/prompt is answered with a valid stopReason",
+        "Prompt Turn § Stop Reasons <https://agentclientprotocol.com/protocol/prompt-turn#stop-reasons>",
     ),
     must(
         "updates_reference_session",
         "every session/update is {sessionId, update} naming the session in use",
+        "Prompt Turn § Agent Reports Output <https://agentclientprotocol.com/protocol/prompt-turn#3-agent-reports-output>",
     ),
     must(
         "cancel_yields_cancelled",
-        "a turn still running when session/cancel arrives is answered with stopReason cancelled (not an error)",
+        "a turn still running when session/cancel arrives is answered with stopReason cancelled (not end_turn, not an error)",
+        CANCELLATION,
+    ),
+    should(
+        "no_permission_request_after_cancel",
+        "after session/cancel the agent stops its tool calls: no new session/request_permission for the cancelled turn",
+        CANCELLATION,
     ),
     must(
         "stdout_only_jsonrpc",
         "every stdout line is one JSON-RPC 2.0 message",
+        TRANSPORT,
     ),
     must(
         "exits_on_stdin_eof",
         "the process exits within the grace period after stdin is closed",
+        TRANSPORT,
     ),
     should(
         "updates_parse",
         "every session/update kind and shape is one of the v1 schema's",
+        "Schema `$defs/SessionUpdate` <https://agentclientprotocol.com/protocol/schema#sessionupdate>",
+    ),
+    must(
+        "client_capabilities_respected",
+        "the agent calls fs/*, terminal/* and elicitation/create only when the client advertised them (this check advertises none)",
+        "Initialization § Client Capabilities <https://agentclientprotocol.com/protocol/initialization#client-capabilities>",
+    ),
+    must(
+        "unknown_request_answered",
+        "a request for an unknown method is answered (a peer left waiting hangs)",
+        "Overview § Communication Model (JSON-RPC 2.0: every request gets a response) <https://agentclientprotocol.com/protocol/overview#communication-model>",
+    ),
+    should(
+        "cancel_request_answered",
+        "a request cancelled with $/cancel_request is still answered (a result or error -32800)",
+        "Cancellation <https://agentclientprotocol.com/protocol/cancellation>",
     ),
     should(
         "unknown_method_not_found",
         "an unknown method is answered with error -32601",
+        "Extensibility § Custom Requests <https://agentclientprotocol.com/protocol/extensibility#custom-requests>",
+    ),
+    must(
+        "session_list_answers",
+        "with sessionCapabilities.list, session/list is answered with a valid sessions page",
+        "Session List <https://agentclientprotocol.com/protocol/session-list>",
+    ),
+    must(
+        "set_config_option_answers",
+        "with configOptions, session/set_config_option is answered with every option's state",
+        "Session Config Options <https://agentclientprotocol.com/protocol/session-config-options>",
+    ),
+    must(
+        "session_resume_answers",
+        "with sessionCapabilities.resume, session/resume of an existing session is answered",
+        "Session Setup § Resuming Sessions <https://agentclientprotocol.com/protocol/session-setup#resuming-sessions>",
+    ),
+    must(
+        "session_resume_does_not_replay",
+        "session/resume does not replay the conversation (no user_message_chunk for it)",
+        "Session Setup § Resuming Sessions <https://agentclientprotocol.com/protocol/session-setup#resuming-sessions>",
+    ),
+    must(
+        "session_load_replays_before_answer",
+        "with loadSession, session/load replays the whole conversation before its answer, none after",
+        "Session Setup § Loading Sessions <https://agentclientprotocol.com/protocol/session-setup#loading-sessions>",
+    ),
+    must(
+        "session_close_answers",
+        "with sessionCapabilities.close, session/close is answered",
+        "Session Setup § Closing Active Sessions <https://agentclientprotocol.com/protocol/session-setup#closing-active-sessions>",
+    ),
+    must(
+        "session_delete_answers",
+        "with sessionCapabilities.delete, session/delete is answered",
+        "Session Delete <https://agentclientprotocol.com/protocol/v1/session-delete>",
+    ),
+    must(
+        "logout_answers",
+        "with auth.logout, logout is answered (exercised only on request: it ends the user's login)",
+        "Authentication § Logout <https://agentclientprotocol.com/protocol/initialization#authentication>",
     ),
 ];
 
@@ -139,6 +236,8 @@ pub struct RuleResult {
     pub severity: Severity,
     /// What the rule requires.
     pub description: &'static str,
+    /// The spec section it checks.
+    pub spec: &'static str,
     /// The verdict.
     #[serde(flatten)]
     pub outcome: Outcome,
@@ -200,6 +299,7 @@ impl CheckReport {
             ));
             if let Some((label, text)) = detail {
                 out.push_str(&format!("      {label}: {text}\n"));
+                out.push_str(&format!("      spec: {}\n", rule.spec));
             }
         }
         let required = self
@@ -243,6 +343,9 @@ pub struct CheckLimits {
     /// Most bytes of agent output quoted in one piece of evidence. Default 240; longer output is cut at a char
     /// boundary and marked with its full length.
     pub max_evidence_bytes: usize,
+    /// How long the unknown-method probe waits for its answer. Default 5 s; on overflow
+    /// `unknown_request_answered` fails and `$/cancel_request` is sent for the probe.
+    pub probe_timeout: Duration,
 }
 
 impl Default for CheckLimits {
@@ -252,6 +355,7 @@ impl Default for CheckLimits {
             exit_grace: Duration::from_secs(5),
             max_line_bytes: agentwire_jsonrpc::DEFAULT_MAX_LINE_BYTES,
             max_evidence_bytes: 240,
+            probe_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -274,6 +378,9 @@ pub struct CheckPlan {
     pub cancel_prompt: String,
     /// Bounds and timeouts.
     pub limits: CheckLimits,
+    /// Whether to call `logout` when the agent advertises it. Default false: on a real agent it ends the user's
+    /// login; `logout_answers` is then skipped.
+    pub logout: bool,
 }
 
 impl CheckPlan {
@@ -291,6 +398,7 @@ impl CheckPlan {
             cancel_prompt: "Second turn of the ACP conformance check: this turn will be cancelled."
                 .to_owned(),
             limits: CheckLimits::default(),
+            logout: false,
         }
     }
 }
@@ -393,6 +501,23 @@ impl RuleBook {
         }
     }
 
+    /// Judges one message the agent wrote, parsed: a request for a client method the check did not advertise
+    /// (`fs/*`, `terminal/*`, `elicitation/create`) fails `client_capabilities_respected`.
+    pub fn observe_agent_message(&mut self, message: &Value) {
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return;
+        };
+        let unadvertised = method.starts_with("fs/")
+            || method.starts_with("terminal/")
+            || method == "elicitation/create";
+        if unadvertised && message.get("id").is_some() {
+            self.fail(
+                "client_capabilities_respected",
+                format!("the agent called {method} though the client did not advertise it"),
+            );
+        }
+    }
+
     /// Judges one update of `session`.
     pub fn observe_update(&mut self, update: &Update) {
         if let Update::Raw { kind, error, .. } = update {
@@ -415,12 +540,233 @@ impl RuleBook {
                 id: rule.id,
                 severity: rule.severity,
                 description: rule.description,
+                spec: rule.spec,
                 outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
                     why: why.to_owned(),
                 }),
             })
             .collect();
         CheckReport { rules }
+    }
+}
+
+/// Replays around `session/resume` and `session/load`, judged from the wire in the order each side wrote (pure:
+/// messages in, verdicts out). A replay is recognised by `user_message_chunk` updates of the watched session: a live
+/// turn never sends the user's own message back, a history replay does.
+///
+/// It also follows the unknown-method probe: when the check cancels it (`$/cancel_request`), whether an answer
+/// still comes is judged at the end (`cancel_request_answered`).
+#[derive(Debug, Default)]
+pub struct ReplayWatch {
+    resume: Option<Watched>,
+    load: Option<Watched>,
+    /// The probe's id (JSON text) and whether it was answered.
+    probe: Option<(String, bool)>,
+    probe_cancelled: bool,
+}
+
+#[derive(Debug)]
+struct Watched {
+    /// The request id as JSON text.
+    id: String,
+    session: String,
+    answered: bool,
+    before: u64,
+    after: u64,
+}
+
+impl Watched {
+    fn new(message: &Value) -> Option<Watched> {
+        Some(Watched {
+            id: message.get("id")?.to_string(),
+            session: message.pointer("/params/sessionId")?.as_str()?.to_owned(),
+            answered: false,
+            before: 0,
+            after: 0,
+        })
+    }
+}
+
+impl ReplayWatch {
+    /// A message the client wrote: `session/resume` and `session/load` requests start a watch on their session; the
+    /// probe request (`agentwire/conformance_probe`) is followed; a `$/cancel_request` for it is noted.
+    pub fn client_message(&mut self, message: &Value) {
+        match message.get("method").and_then(Value::as_str) {
+            Some("session/resume") => self.resume = Watched::new(message),
+            Some("session/load") => self.load = Watched::new(message),
+            Some(PROBE) => {
+                self.probe = message.get("id").map(|id| (id.to_string(), false));
+            }
+            Some("$/cancel_request") => {
+                let id = message.pointer("/params/requestId").map(Value::to_string);
+                if let (Some(id), Some((probe, _))) = (id, &self.probe)
+                    && id == *probe
+                {
+                    self.probe_cancelled = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A message the agent wrote: answers to watched requests, and user message chunks of watched sessions (the
+    /// newest watch of the session counts them).
+    pub fn agent_message(&mut self, message: &Value) {
+        match message.get("method").and_then(Value::as_str) {
+            None => {
+                let Some(id) = message.get("id").map(Value::to_string) else {
+                    return;
+                };
+                for watched in [&mut self.resume, &mut self.load].into_iter().flatten() {
+                    if watched.id == id {
+                        watched.answered = true;
+                    }
+                }
+                if let Some((probe, answered)) = &mut self.probe
+                    && *probe == id
+                {
+                    *answered = true;
+                }
+            }
+            Some("session/update") => {
+                if message.pointer("/params/update/sessionUpdate")
+                    != Some(&Value::from("user_message_chunk"))
+                {
+                    return;
+                }
+                let Some(session) = message.pointer("/params/sessionId").and_then(Value::as_str)
+                else {
+                    return;
+                };
+                let target = [&mut self.load, &mut self.resume]
+                    .into_iter()
+                    .flatten()
+                    .find(|watched| watched.session == session);
+                if let Some(watched) = target {
+                    if watched.answered {
+                        watched.after += 1;
+                    } else {
+                        watched.before += 1;
+                    }
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Records `session_resume_does_not_replay` and `session_load_replays_before_answer` for the watches whose
+    /// request was answered, and `cancel_request_answered` when the probe was cancelled.
+    pub fn judge(&self, book: &mut RuleBook) {
+        match (&self.probe, self.probe_cancelled) {
+            (Some((_, true)), true) => book.pass("cancel_request_answered"),
+            (Some((id, false)), true) => book.fail(
+                "cancel_request_answered",
+                format!("the probe (id {id}) was never answered, even after $/cancel_request"),
+            ),
+            _ => book.skip(
+                "cancel_request_answered",
+                "not exercised: the probe was answered before any $/cancel_request",
+            ),
+        }
+        if let Some(resume) = &self.resume
+            && resume.answered
+        {
+            if resume.before + resume.after > 0 {
+                book.fail(
+                    "session_resume_does_not_replay",
+                    format!(
+                        "session/resume of {} replayed {} user_message_chunk updates ({} before its answer, {} after)",
+                        resume.session,
+                        resume.before + resume.after,
+                        resume.before,
+                        resume.after
+                    ),
+                );
+            } else {
+                book.pass("session_resume_does_not_replay");
+            }
+        }
+        if let Some(load) = &self.load
+            && load.answered
+        {
+            if load.after > 0 {
+                book.fail(
+                    "session_load_replays_before_answer",
+                    format!(
+                        "session/load of {} was answered before its replay: {} user_message_chunk updates after the answer ({} before)",
+                        load.session, load.after, load.before
+                    ),
+                );
+            } else {
+                book.pass("session_load_replays_before_answer");
+            }
+        }
+    }
+}
+
+type SharedWatch = Arc<Mutex<ReplayWatch>>;
+
+/// Longest agent line parsed a second time for [`RuleBook::observe_agent_message`] and [`ReplayWatch`]: 1 MiB.
+/// Longer lines are judged only by [`RuleBook::observe_line`] (requests, answers and replayed user messages are far
+/// smaller; a multi-megabyte line is a tool output).
+pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
+
+fn watch(shared: &SharedWatch) -> std::sync::MutexGuard<'_, ReplayWatch> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The check's permission answers: rejected (fail closed) before the cancel; after it, `cancelled` as the spec
+/// requires of a client, and counted when the request is for a tool call not announced before the cancel (the agent
+/// started new work after it; a request for an announced call may have crossed the cancel on the wire).
+#[derive(Clone, Default)]
+struct CheckPermissions {
+    cancel_sent: Arc<AtomicBool>,
+    announced: Arc<Mutex<Vec<String>>>,
+    after_cancel: Arc<AtomicU64>,
+    evidence: Arc<Mutex<Option<String>>>,
+}
+
+impl PermissionHandler for CheckPermissions {
+    async fn request_permission(
+        &self,
+        request: RequestPermissionRequest,
+    ) -> RequestPermissionOutcome {
+        if !self.cancel_sent.load(Ordering::SeqCst) {
+            return RejectPermissions.request_permission(request).await;
+        }
+        let id = request.tool_call.tool_call_id.to_string();
+        let announced = self
+            .announced
+            .lock()
+            .map(|announced| announced.contains(&id))
+            .unwrap_or(false);
+        if !announced {
+            self.after_cancel.fetch_add(1, Ordering::SeqCst);
+            if let Ok(mut evidence) = self.evidence.lock() {
+                evidence.get_or_insert_with(|| {
+                    format!("session/request_permission for tool call {id} after session/cancel")
+                });
+            }
+        }
+        RequestPermissionOutcome::Cancelled
+    }
+}
+
+/// Parses one agent JSON line of at most [`MAX_INSPECTED_BYTES`] for [`RuleBook::observe_agent_message`] and
+/// [`ReplayWatch::agent_message`]; returns whether it was looked into.
+fn inspect_agent_json(book: &mut RuleBook, watch: &mut ReplayWatch, bytes: &[u8]) -> bool {
+    if bytes.len() > MAX_INSPECTED_BYTES {
+        return false;
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(message) => {
+            book.observe_agent_message(&message);
+            watch.agent_message(&message);
+            true
+        }
+        Err(_) => false,
     }
 }
 
@@ -453,12 +799,21 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
         }
     };
     book(&shared).pass("spawns");
-    let (reader, writer, inspector) =
-        inspecting_pipes(&mut child, shared.clone(), plan.limits.max_line_bytes);
+    let replay: SharedWatch = Arc::default();
+    let (reader, writer, inspector) = inspecting_pipes(
+        &mut child,
+        shared.clone(),
+        replay.clone(),
+        plan.limits.max_line_bytes,
+    );
     let mut config = crate::client::ClientConfig::default();
     config.rpc.max_line_bytes = plan.limits.max_line_bytes;
-    let client = ClientBuilder::new().config(config).connect(reader, writer);
-    let why = script(&client, &plan, &shared).await;
+    let permissions = CheckPermissions::default();
+    let client = ClientBuilder::new()
+        .config(config)
+        .permission_handler(permissions.clone())
+        .connect(reader, writer);
+    let why = script(&client, &plan, &shared, &permissions).await;
     let handle = child.handle();
     client.close().await;
     match tokio::time::timeout(plan.limits.exit_grace, handle.wait()).await {
@@ -482,12 +837,20 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
         tracing::debug!("stdout inspector did not finish");
     }
     let mut book = book(&shared);
+    watch(&replay).judge(&mut book);
+    // Unless a violation was seen on the wire (RuleBook::observe_agent_message).
+    book.pass("client_capabilities_respected");
     book.pass("stdout_only_jsonrpc");
     std::mem::replace(&mut *book, RuleBook::new(0)).finish(why.as_deref().unwrap_or("not reached"))
 }
 
 /// The scripted session; returns why the remaining rules were not reached, if it stopped early.
-async fn script(client: &Client, plan: &CheckPlan, shared: &SharedBook) -> Option<String> {
+async fn script(
+    client: &Client,
+    plan: &CheckPlan,
+    shared: &SharedBook,
+    permissions: &CheckPermissions,
+) -> Option<String> {
     let step = plan.limits.step_timeout;
     let max = plan.limits.max_evidence_bytes;
     // initialize: judged on the raw answer (the client closes on versions it does not speak).
@@ -567,26 +930,10 @@ async fn script(client: &Client, plan: &CheckPlan, shared: &SharedBook) -> Optio
     while let Some(update) = session.try_next_update() {
         book(shared).observe_update(&update);
     }
-    if let Some(why) = cancel_turn(client, &mut session, plan, shared).await {
+    if let Some(why) = cancel_turn(client, &mut session, plan, shared, permissions).await {
         return Some(why);
     }
-    match tokio::time::timeout(
-        step,
-        client
-            .connection()
-            .call("agentwire/conformance_probe", None),
-    )
-    .await
-    {
-        Ok(Err(CallError::Rpc(error))) if error.code == ErrorCode::METHOD_NOT_FOUND => {
-            book(shared).pass("unknown_method_not_found");
-        }
-        Ok(other) => book(shared).fail(
-            "unknown_method_not_found",
-            quote(&format!("{other:?}"), max),
-        ),
-        Err(_) => book(shared).fail("unknown_method_not_found", "no answer".to_owned()),
-    }
+    probe(client, plan, shared).await;
     let stats = client.stats();
     if stats.invalid_updates > 0 {
         book(shared).fail(
@@ -605,7 +952,183 @@ async fn script(client: &Client, plan: &CheckPlan, shared: &SharedBook) -> Optio
         book(shared).pass("updates_reference_session");
     }
     book(shared).pass("updates_parse");
+    session_methods(client, session, plan, shared).await;
     None
+}
+
+/// The unknown-method probe: answered at all (`unknown_request_answered`), and with -32601.
+async fn probe(client: &Client, plan: &CheckPlan, shared: &SharedBook) {
+    let max = plan.limits.max_evidence_bytes;
+    let mut call = match client.connection().start_call(PROBE, None).await {
+        Ok(call) => call,
+        Err(error) => {
+            book(shared).fail("unknown_request_answered", quote(&error.to_string(), max));
+            return;
+        }
+    };
+    let id = call.id();
+    // By reference: the call must still be pending when it is cancelled (dropping it forgets it, sending nothing).
+    match tokio::time::timeout(plan.limits.probe_timeout, &mut call).await {
+        Ok(answer) => {
+            book(shared).pass("unknown_request_answered");
+            match answer {
+                Err(CallError::Rpc(error)) if error.code == ErrorCode::METHOD_NOT_FOUND => {
+                    book(shared).pass("unknown_method_not_found");
+                }
+                other => book(shared).fail(
+                    "unknown_method_not_found",
+                    quote(&format!("{other:?}"), max),
+                ),
+            }
+        }
+        Err(_) => {
+            book(shared).fail(
+                "unknown_request_answered",
+                format!(
+                    "agentwire/conformance_probe not answered within {} ms ($/cancel_request sent)",
+                    plan.limits.probe_timeout.as_millis()
+                ),
+            );
+            book(shared).skip("unknown_method_not_found", "the probe was never answered");
+            // The peer must still answer (-32800 or a result); whatever comes is dropped and counted.
+            let _ = client.connection().cancel(&id).await;
+            drop(call);
+        }
+    }
+}
+
+/// The unknown method the check probes with.
+const PROBE: &str = "agentwire/conformance_probe";
+
+/// Records `rule` from a step's outcome: pass, the error as evidence, or a timeout.
+fn judge_step<T>(
+    shared: &SharedBook,
+    rule: &str,
+    outcome: Result<Result<T, crate::AcpError>, tokio::time::error::Elapsed>,
+    step: Duration,
+    max: usize,
+) -> Option<T> {
+    match outcome {
+        Ok(Ok(value)) => {
+            book(shared).pass(rule);
+            Some(value)
+        }
+        Ok(Err(error)) => {
+            book(shared).fail(rule, quote(&error.to_string(), max));
+            None
+        }
+        Err(_) => {
+            book(shared).fail(rule, format!("no answer within {} s", step.as_secs()));
+            None
+        }
+    }
+}
+
+/// The advertised session methods, on the check's first session (see the module doc, step 5).
+async fn session_methods(
+    client: &Client,
+    mut session: Session,
+    plan: &CheckPlan,
+    shared: &SharedBook,
+) {
+    let step = plan.limits.step_timeout;
+    let max = plan.limits.max_evidence_bytes;
+    let capabilities = client.session_capabilities();
+    let agent = client.agent();
+    let id = session.id().clone();
+    let not = |what: &str| format!("the agent does not advertise {what}");
+
+    if capabilities.list.is_some() {
+        let listed =
+            tokio::time::timeout(step, client.list_sessions(ListSessionsRequest::new())).await;
+        judge_step(shared, "session_list_answers", listed, step, max);
+    } else {
+        book(shared).skip("session_list_answers", &not("sessionCapabilities.list"));
+    }
+
+    // The first select option, set to its current value: a real agent's settings are left as they were.
+    let select = session.config_options().and_then(|options| {
+        options.iter().find_map(|option| match &option.kind {
+            SessionConfigKind::Select(select) => {
+                Some((option.id.clone(), select.current_value.clone()))
+            }
+            _ => None,
+        })
+    });
+    match select {
+        Some((config_id, value)) => {
+            let set = tokio::time::timeout(
+                step,
+                session.set_config_option(config_id, SessionConfigOptionValue::value_id(value)),
+            )
+            .await
+            .map(|answer| answer.map(|_| ()));
+            judge_step(shared, "set_config_option_answers", set, step, max);
+        }
+        None => book(shared).skip(
+            "set_config_option_answers",
+            "session/new answered no select configOptions",
+        ),
+    }
+
+    if capabilities.resume.is_some() {
+        let resumed =
+            tokio::time::timeout(step, client.resume_session(id.clone(), &plan.cwd)).await;
+        if let Some(resumed) = judge_step(shared, "session_resume_answers", resumed, step, max) {
+            session = resumed;
+        }
+    } else {
+        book(shared).skip("session_resume_answers", &not("sessionCapabilities.resume"));
+        book(shared).skip(
+            "session_resume_does_not_replay",
+            &not("sessionCapabilities.resume"),
+        );
+    }
+
+    if agent
+        .as_ref()
+        .is_some_and(|agent| agent.agent_capabilities.load_session)
+    {
+        let loaded = tokio::time::timeout(step, client.load_session(id.clone(), &plan.cwd)).await;
+        if let Some(loaded) = judge_step(
+            shared,
+            "session_load_replays_before_answer",
+            loaded,
+            step,
+            max,
+        ) {
+            session = loaded;
+        }
+    } else {
+        book(shared).skip("session_load_replays_before_answer", &not("loadSession"));
+    }
+
+    if capabilities.close.is_some() {
+        let closed = tokio::time::timeout(step, client.close_session(&id)).await;
+        judge_step(shared, "session_close_answers", closed, step, max);
+    } else {
+        book(shared).skip("session_close_answers", &not("sessionCapabilities.close"));
+    }
+    if capabilities.delete.is_some() {
+        let deleted = tokio::time::timeout(step, client.delete_session(&id)).await;
+        judge_step(shared, "session_delete_answers", deleted, step, max);
+    } else {
+        book(shared).skip("session_delete_answers", &not("sessionCapabilities.delete"));
+    }
+    drop(session);
+
+    let can_logout = agent.is_some_and(|agent| agent.agent_capabilities.auth.logout.is_some());
+    match (can_logout, plan.logout) {
+        (false, _) => book(shared).skip("logout_answers", &not("agentCapabilities.auth.logout")),
+        (true, false) => book(shared).skip(
+            "logout_answers",
+            "not exercised: logout would end the user's login (CheckPlan::logout)",
+        ),
+        (true, true) => {
+            let out = tokio::time::timeout(step, client.logout()).await;
+            judge_step(shared, "logout_answers", out, step, max);
+        }
+    }
 }
 
 /// Turn 2: cancel at its first update; judge the raw answer.
@@ -614,6 +1137,7 @@ async fn cancel_turn(
     session: &mut Session,
     plan: &CheckPlan,
     shared: &SharedBook,
+    permissions: &CheckPermissions,
 ) -> Option<String> {
     let step = plan.limits.step_timeout;
     let max = plan.limits.max_evidence_bytes;
@@ -661,6 +1185,13 @@ async fn cancel_turn(
                 if cancel_sent {
                     updates_after_cancel += 1;
                 } else {
+                    if let Update::Known(known) = &update
+                        && let crate::schema::SessionUpdate::ToolCall(call) = known.as_ref()
+                        && let Ok(mut announced) = permissions.announced.lock()
+                    {
+                        announced.push(call.tool_call_id.to_string());
+                    }
+                    permissions.cancel_sent.store(true, Ordering::SeqCst);
                     let params = serde_json::json!({"sessionId": session.id()});
                     if client
                         .connection()
@@ -675,6 +1206,21 @@ async fn cancel_turn(
             }
         }
     };
+    if cancel_sent {
+        let late = permissions.after_cancel.load(Ordering::SeqCst);
+        match permissions.evidence.lock().ok().and_then(|e| e.clone()) {
+            Some(evidence) if late > 0 => book(shared).fail(
+                "no_permission_request_after_cancel",
+                format!("{evidence} ({late} in all; answered cancelled)"),
+            ),
+            _ => book(shared).pass("no_permission_request_after_cancel"),
+        }
+    } else {
+        book(shared).skip(
+            "no_permission_request_after_cancel",
+            "the turn ended before its first update",
+        );
+    }
     let stop_reason = answer
         .as_ref()
         .ok()
@@ -707,6 +1253,7 @@ async fn cancel_turn(
 fn inspecting_pipes(
     child: &mut agentwire_process::Child,
     shared: SharedBook,
+    replay: SharedWatch,
     max_line_bytes: usize,
 ) -> (
     tokio::io::DuplexStream,
@@ -716,6 +1263,7 @@ fn inspecting_pipes(
     let stdin = child.stdin();
     let stdout = child.take_stdout();
     let (mut sink, reader) = tokio::io::duplex(256 * 1024);
+    let agent_replay = replay.clone();
     let inspector = tokio::spawn(async move {
         let Some(mut stdout) = stdout else { return };
         let mut decoder = JsonlDecoder::new(Limits {
@@ -733,6 +1281,9 @@ fn inspecting_pipes(
             while let Some(frame) = decoder.decode(&mut buf) {
                 line_number += 1;
                 book(&shared).observe_line(line_number, &frame);
+                if let Frame::Json(bytes) = &frame {
+                    inspect_agent_json(&mut book(&shared), &mut watch(&agent_replay), bytes);
+                }
             }
             if forward && sink.write_all(&bytes).await.is_err() {
                 forward = false; // The client is gone; keep judging the output.
@@ -746,12 +1297,30 @@ fn inspecting_pipes(
     let (writer, mut source) = tokio::io::duplex(256 * 1024);
     tokio::spawn(async move {
         let mut chunk = vec![0u8; 64 * 1024];
+        let mut decoder = JsonlDecoder::new(Limits {
+            max_line_bytes,
+            ..Limits::default()
+        });
+        let mut buf = BytesMut::new();
         loop {
             match source.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => match chunk.get(..n) {
-                    Some(bytes) if stdin.write_all(bytes).await.is_ok() => {}
-                    _ => break,
+                    Some(bytes) => {
+                        // Watches start before the agent can see the request: judged in wire order.
+                        buf.extend_from_slice(bytes);
+                        while let Some(frame) = decoder.decode(&mut buf) {
+                            if let Frame::Json(line) = &frame
+                                && let Ok(message) = serde_json::from_slice::<Value>(line)
+                            {
+                                watch(&replay).client_message(&message);
+                            }
+                        }
+                        if stdin.write_all(bytes).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
                 },
             }
         }
@@ -802,6 +1371,149 @@ mod tests {
     fn evidence_is_bounded_and_escaped() {
         assert_eq!(quote("a\u{1b}[31m", 100), "a\\u{1b}[31m");
         assert_eq!(quote(&"é".repeat(10), 5), "éé… (20 bytes)");
+    }
+
+    fn outcome_of(book: RuleBook, id: &str) -> String {
+        match &book.finish("unjudged").get(id).expect("rule").outcome {
+            Outcome::Pass => "pass".to_owned(),
+            Outcome::Fail { evidence } => format!("fail: {evidence}"),
+            Outcome::Skipped { why } => format!("skip: {why}"),
+        }
+    }
+
+    fn user_chunk(session: &str) -> Value {
+        serde_json::json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":session,
+            "update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"q"}}}})
+    }
+
+    #[test]
+    fn replays_are_judged_in_wire_order() {
+        let resume = serde_json::json!({"jsonrpc":"2.0","id":7,"method":"session/resume","params":{"sessionId":"s1","cwd":"/w"}});
+        let load = serde_json::json!({"jsonrpc":"2.0","id":8,"method":"session/load","params":{"sessionId":"s1","cwd":"/w","mcpServers":[]}});
+        let answer = |id: i64| serde_json::json!({"jsonrpc":"2.0","id":id,"result":{}});
+        // A clean resume and a load that replays before its answer.
+        let mut watch = ReplayWatch::default();
+        watch.agent_message(&user_chunk("s1")); // before any watch: a live turn's business
+        watch.client_message(&resume);
+        watch.agent_message(&user_chunk("other"));
+        watch.agent_message(&answer(7));
+        watch.client_message(&load);
+        watch.agent_message(&user_chunk("s1"));
+        watch.agent_message(&answer(8));
+        let mut book = RuleBook::new(200);
+        watch.judge(&mut book);
+        assert_eq!(outcome_of(book, "session_resume_does_not_replay"), "pass");
+        let mut book = RuleBook::new(200);
+        watch.judge(&mut book);
+        assert_eq!(
+            outcome_of(book, "session_load_replays_before_answer"),
+            "pass"
+        );
+        // A resume that replays, and a load answered before its replay.
+        let mut watch = ReplayWatch::default();
+        watch.client_message(&resume);
+        watch.agent_message(&user_chunk("s1"));
+        watch.agent_message(&answer(7));
+        watch.client_message(&load);
+        watch.agent_message(&answer(8));
+        watch.agent_message(&user_chunk("s1"));
+        watch.agent_message(&user_chunk("s1"));
+        let mut book = RuleBook::new(200);
+        watch.judge(&mut book);
+        assert_eq!(
+            outcome_of(book, "session_resume_does_not_replay"),
+            "fail: session/resume of s1 replayed 1 user_message_chunk updates (1 before its answer, 0 after)"
+        );
+        let mut book = RuleBook::new(200);
+        watch.judge(&mut book);
+        assert_eq!(
+            outcome_of(book, "session_load_replays_before_answer"),
+            "fail: session/load of s1 was answered before its replay: 2 user_message_chunk updates after the answer (0 before)"
+        );
+        // The probe: cancelled and answered, cancelled and never answered, answered in time.
+        let probe =
+            serde_json::json!({"jsonrpc":"2.0","id":3,"method":"agentwire/conformance_probe"});
+        let cancel = serde_json::json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":3}});
+        let cancel_other = serde_json::json!({"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":4}});
+        for (messages, expect) in [
+            (
+                vec![("c", &probe), ("c", &cancel), ("a", &answer(3))],
+                "pass",
+            ),
+            (
+                vec![("c", &probe), ("c", &cancel)],
+                "fail: the probe (id 3) was never answered, even after $/cancel_request",
+            ),
+            (
+                vec![("c", &probe), ("a", &answer(3)), ("c", &cancel_other)],
+                "skip: not exercised: the probe was answered before any $/cancel_request",
+            ),
+        ] {
+            let mut watch = ReplayWatch::default();
+            for (side, message) in messages {
+                if side == "c" {
+                    watch.client_message(message);
+                } else {
+                    watch.agent_message(message);
+                }
+            }
+            let mut book = RuleBook::new(200);
+            watch.judge(&mut book);
+            assert_eq!(outcome_of(book, "cancel_request_answered"), expect);
+        }
+        // Unanswered requests are not judged here (the script reports the missing answer).
+        let mut watch = ReplayWatch::default();
+        watch.client_message(&load);
+        let mut book = RuleBook::new(200);
+        watch.judge(&mut book);
+        assert_eq!(
+            outcome_of(book, "session_load_replays_before_answer"),
+            "skip: unjudged"
+        );
+    }
+
+    /// A `fs/read_text_file` request line of exactly `len` bytes (padded in its path).
+    fn request_line(len: usize) -> Vec<u8> {
+        let head = r#"{"jsonrpc":"2.0","id":0,"method":"fs/read_text_file","params":{"sessionId":"s","path":"/"#;
+        let tail = r#""}}"#;
+        let mut line = head.as_bytes().to_vec();
+        line.resize(len - tail.len(), b'a');
+        line.extend_from_slice(tail.as_bytes());
+        line
+    }
+
+    #[test]
+    fn unadvertised_client_methods_are_caught_up_to_the_inspection_limit() {
+        for (len, inspected) in [
+            (200, true),
+            (MAX_INSPECTED_BYTES, true),
+            (MAX_INSPECTED_BYTES + 1, false),
+        ] {
+            let mut book = RuleBook::new(200);
+            let mut watch = ReplayWatch::default();
+            let line = request_line(len);
+            assert_eq!(line.len(), len);
+            assert_eq!(inspect_agent_json(&mut book, &mut watch, &line), inspected);
+            let got = outcome_of(book, "client_capabilities_respected");
+            let expect = if inspected {
+                "fail: the agent called fs/read_text_file though the client did not advertise it"
+            } else {
+                "skip: unjudged"
+            };
+            assert_eq!(got, expect, "{len} bytes");
+        }
+        // Notifications and answers are not calls.
+        let mut book = RuleBook::new(200);
+        book.observe_agent_message(
+            &serde_json::json!({"jsonrpc":"2.0","method":"terminal/output"}),
+        );
+        book.observe_agent_message(
+            &serde_json::json!({"jsonrpc":"2.0","id":1,"method":"session/request_permission"}),
+        );
+        assert_eq!(
+            outcome_of(book, "client_capabilities_respected"),
+            "skip: unjudged"
+        );
     }
 
     #[test]

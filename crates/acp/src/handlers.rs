@@ -1,16 +1,18 @@
 //! The client role's handler traits for agent-initiated requests, and the fail-closed default permission handler.
 //!
-//! Source: ACP v1 "Tool Calls" (`session/request_permission`) and "File System" (`fs/read_text_file`,
-//! `fs/write_text_file`); schema `$defs/RequestPermissionRequest`, `$defs/ReadTextFileRequest`,
-//! `$defs/WriteTextFileRequest`.
+//! Source: ACP v1 "Tool Calls" (`session/request_permission`), "File System" (`fs/read_text_file`,
+//! `fs/write_text_file`) and "Elicitation" (`elicitation/create`, `elicitation/complete`); schema
+//! `$defs/RequestPermissionRequest`, `$defs/ReadTextFileRequest`, `$defs/WriteTextFileRequest`,
+//! `$defs/CreateElicitationRequest`, `$defs/CompleteElicitationNotification`.
 
 use std::future::Future;
 use std::pin::Pin;
 
 use agent_client_protocol_schema::v1::{
-    PermissionOptionKind, ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome,
-    RequestPermissionRequest, SelectedPermissionOutcome, WriteTextFileRequest,
-    WriteTextFileResponse,
+    CompleteElicitationNotification, CreateElicitationRequest, CreateElicitationResponse,
+    ElicitationAction, ElicitationCapabilities, ElicitationFormCapabilities, PermissionOptionKind,
+    ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    SelectedPermissionOutcome, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agentwire_jsonrpc::ErrorObject;
 
@@ -78,6 +80,53 @@ pub trait FsHandler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<WriteTextFileResponse, ErrorObject>> + Send;
 }
 
+/// Answers the agent's `elicitation/create` requests (structured input from the user: a form, or a URL to visit).
+///
+/// Installing one makes the client advertise `clientCapabilities.elicitation` as [`ElicitationHandler::capabilities`]
+/// says (default: form mode only). Without one, nothing is advertised and an `elicitation/create` the agent sends
+/// anyway is answered `{"action":"decline"}` ([`DeclineElicitations`]: fail closed). When the client cancels the turn
+/// of the elicitation's session, the runtime answers `{"action":"cancel"}` itself (the handler's future is dropped);
+/// a `$/cancel_request` for it is answered -32800.
+///
+/// JSON received: `{"mode":"form","sessionId":"s1","message":"Your name?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}}}}`;
+/// answers: `{"action":"accept","content":{"name":"Ada"}}`, `{"action":"decline"}`, `{"action":"cancel"}`.
+pub trait ElicitationHandler: Send + Sync + 'static {
+    /// The `clientCapabilities.elicitation` advertised. Default `{"form":{}}`.
+    fn capabilities(&self) -> ElicitationCapabilities {
+        ElicitationCapabilities::new().form(ElicitationFormCapabilities::new())
+    }
+
+    /// The user's answer to one request.
+    fn create_elicitation(
+        &self,
+        request: CreateElicitationRequest,
+    ) -> impl Future<Output = CreateElicitationResponse> + Send;
+
+    /// `elicitation/complete {"elicitationId":…}` (a notification): a URL-mode elicitation finished out of band.
+    /// Default: nothing.
+    fn complete_elicitation(
+        &self,
+        notification: CompleteElicitationNotification,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = notification;
+        std::future::ready(())
+    }
+}
+
+/// The default elicitation answer: fails closed, declining every request.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeclineElicitations;
+
+impl ElicitationHandler for DeclineElicitations {
+    async fn create_elicitation(
+        &self,
+        request: CreateElicitationRequest,
+    ) -> CreateElicitationResponse {
+        let _ = request;
+        CreateElicitationResponse::new(ElicitationAction::Decline)
+    }
+}
+
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Object-safe forms of the handler traits, so the client stores `Arc<dyn …>` while users write `async fn`.
@@ -123,6 +172,36 @@ impl<T: FsHandler> DynFsHandler for T {
     }
 }
 
+pub(crate) trait DynElicitationHandler: Send + Sync {
+    fn capabilities(&self) -> ElicitationCapabilities;
+    fn create_elicitation(
+        &self,
+        request: CreateElicitationRequest,
+    ) -> BoxFuture<'_, CreateElicitationResponse>;
+    fn complete_elicitation(
+        &self,
+        notification: CompleteElicitationNotification,
+    ) -> BoxFuture<'_, ()>;
+}
+
+impl<T: ElicitationHandler> DynElicitationHandler for T {
+    fn capabilities(&self) -> ElicitationCapabilities {
+        ElicitationHandler::capabilities(self)
+    }
+    fn create_elicitation(
+        &self,
+        request: CreateElicitationRequest,
+    ) -> BoxFuture<'_, CreateElicitationResponse> {
+        Box::pin(ElicitationHandler::create_elicitation(self, request))
+    }
+    fn complete_elicitation(
+        &self,
+        notification: CompleteElicitationNotification,
+    ) -> BoxFuture<'_, ()> {
+        Box::pin(ElicitationHandler::complete_elicitation(self, notification))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +229,35 @@ mod tests {
             _ => None,
         };
         assert_eq!(got.as_deref(), expect);
+    }
+
+    #[test]
+    fn the_default_elicitation_answer_declines_and_advertises_forms_only() {
+        let schema = serde_json::from_value(serde_json::json!({"type":"object","properties":{}}))
+            .expect("schema");
+        let request = CreateElicitationRequest::new(
+            agent_client_protocol_schema::v1::ElicitationFormMode::new(
+                agent_client_protocol_schema::v1::ElicitationSessionScope::new("s1"),
+                schema,
+            ),
+            "Your name?",
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let response = runtime.block_on(ElicitationHandler::create_elicitation(
+            &DeclineElicitations,
+            request,
+        ));
+        assert_eq!(
+            serde_json::to_value(response).expect("json"),
+            serde_json::json!({"action": "decline"})
+        );
+        assert_eq!(
+            serde_json::to_value(ElicitationHandler::capabilities(&DeclineElicitations))
+                .expect("json"),
+            serde_json::json!({"form": {}})
+        );
     }
 
     #[test]

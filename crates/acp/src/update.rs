@@ -59,6 +59,23 @@ impl Update {
         }
     }
 
+    /// The `messageId` of a `user_message_chunk`, `agent_message_chunk` or `agent_thought_chunk` (ACP v1 "Message
+    /// IDs", schema `$defs/ContentChunk`): chunks of one message share it, so a client can group or de-duplicate
+    /// them. `None` for other updates and for agents that send none.
+    pub fn message_id(&self) -> Option<&str> {
+        match self {
+            Update::Known(update) => match update.as_ref() {
+                SessionUpdate::UserMessageChunk(chunk)
+                | SessionUpdate::AgentMessageChunk(chunk)
+                | SessionUpdate::AgentThoughtChunk(chunk) => {
+                    chunk.message_id.as_ref().map(|id| id.0.as_ref())
+                }
+                _ => None,
+            },
+            Update::Raw { .. } => None,
+        }
+    }
+
     /// The text of an `agent_message_chunk` with a text content block, if this is one.
     pub fn agent_text(&self) -> Option<&str> {
         use agent_client_protocol_schema::v1::ContentBlock;
@@ -161,6 +178,21 @@ mod tests {
             "invalid: neither `update` nor a string `type`",
         );
         check(json!([1]), "invalid: params is not an object");
+    }
+
+    #[test]
+    fn message_ids_are_read_from_chunks() {
+        let with = Update::from_value(
+            json!({"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"hi"}}),
+        );
+        assert_eq!(with.message_id(), Some("m1"));
+        let without = Update::from_value(
+            json!({"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"hi"}}),
+        );
+        assert_eq!(without.message_id(), None);
+        let usage = Update::from_value(json!({"sessionUpdate":"usage_update","used":5,"size":10}));
+        assert_eq!(usage.message_id(), None);
+        assert_eq!(usage.kind().as_deref(), Some("usage_update"));
     }
 
     #[test]

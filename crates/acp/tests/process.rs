@@ -230,6 +230,15 @@ async fn the_kandev_dialect_is_detected_and_mapped() {
         .await
         .expect("session");
     assert_eq!(session.id().to_string(), "kandev-1");
+    // The dialect has none of the v1 session methods: refused before anything is sent.
+    let refused = within(session.set_model("smart"))
+        .await
+        .expect_err("no config options");
+    assert_eq!(refused.code(), "capability_missing");
+    let refused = within(client.resume_session(session.id().clone(), Path::new("/work")))
+        .await
+        .expect_err("no resume");
+    assert_eq!(refused.code(), "capability_missing");
     let (updates, result) = within(
         within(session.prompt_text("fix it"))
             .await

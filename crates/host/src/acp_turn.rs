@@ -8,7 +8,22 @@
 //!   [`NormalizedEvent::ToolResult`] too when it arrives already `completed`/`failed`;
 //! - `tool_call_update` with status `completed`/`failed` → [`NormalizedEvent::ToolResult`] (summary: the text
 //!   content, else the title, else the status; `failed` is an error);
+//! - `usage_update` → a [`NormalizedEvent::Notice`] `usage_update` (`used N of SIZE tokens[, cost A CUR]`); the
+//!   turn's last one becomes the run's usage (see below);
+//! - `session_info_update` with a title → a notice `session_info_update` with the title;
 //! - anything else → [`NormalizedEvent::Notice`] with the update kind.
+//!
+//! Session setup: a thread's session is reopened with `session/resume` when the agent advertises
+//! `sessionCapabilities.resume` (no replay; an agent that replays anyway has it dropped), else `session/load` when it
+//! advertises `loadSession` (the replay is dropped), else — or when those fail — a new session is started and
+//! noted in the thread ([`SESSION_NOT_RESUMED`]). A requested model is selected with `session/set_config_option` on
+//! the agent's `model` config option (ACP v1 "Session Config Options"); an agent that offers none gets a
+//! [`MODEL_NOT_APPLIED`] notice, an agent that refuses the value fails the turn (`agent_error`).
+//!
+//! Usage: ACP reports context-window occupancy, not per-turn token counts (`usage_update {used, size, cost}`, ACP
+//! v1 "Session Usage"). The run records the turn's last `used` as its input tokens and 0 output tokens, and its
+//! `cost` (the session's cumulative cost) as the run's total cost when the currency is USD; the notice keeps `size`
+//! and the cost in any currency.
 //!
 //! Stop reasons: `end_turn` succeeds; `cancelled` is code `cancelled`; `refusal`, `max_tokens` and
 //! `max_turn_requests` fail with that reason as the code (the answer is incomplete: scripts must notice; the text
@@ -27,14 +42,14 @@ use agentwire_acp::schema::{
     ContentBlock as AcpBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     SelectedPermissionOutcome, SessionUpdate, StopReason, TextContent, ToolCallContent,
-    ToolCallStatus,
+    ToolCallStatus, UsageUpdate,
 };
 use agentwire_acp::{
-    AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs,
+    AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs, Session,
     TurnEvent, Update,
 };
 use agentwire_awp::{
-    ContentBlock, LaunchPlan, NormalizedEvent, SessionId, TurnOutcome, TurnStatus, codes,
+    ContentBlock, LaunchPlan, NormalizedEvent, SessionId, TurnOutcome, TurnStatus, Usage, codes,
 };
 use agentwire_process::StopPlan;
 use serde_json::json;
@@ -44,6 +59,9 @@ use crate::store::bounded_line;
 
 /// Notice kind (and stored tool-role note) when a thread's session could not be resumed and a new one was started.
 pub const SESSION_NOT_RESUMED: &str = "session_not_resumed";
+
+/// Notice kind when a model was asked for but the agent offers no `model` config option.
+pub const MODEL_NOT_APPLIED: &str = "model_not_applied";
 
 /// A boxed permission decision.
 pub type PermissionFuture = Pin<Box<dyn Future<Output = RequestPermissionOutcome> + Send>>;
@@ -293,6 +311,22 @@ pub fn map_update(update: Update, max_summary_chars: usize) -> Vec<NormalizedEve
                 None => vec![notice("tool_call_update", Some(id))],
             }
         }
+        SessionUpdate::UsageUpdate(usage) => {
+            let mut detail = format!("used {} of {} tokens", usage.used, usage.size);
+            if let Some(cost) = &usage.cost {
+                detail.push_str(&format!(", cost {} {}", cost.amount, cost.currency));
+            }
+            vec![notice("usage_update", Some(detail))]
+        }
+        SessionUpdate::SessionInfoUpdate(info) => {
+            let title = match &info.title {
+                agentwire_acp::schema::MaybeUndefined::Value(title) => {
+                    Some(bounded_line(title, max_summary_chars))
+                }
+                _ => None,
+            };
+            vec![notice("session_info_update", title)]
+        }
         other => {
             let kind = Update::Known(Box::new(other)).kind();
             vec![notice(
@@ -333,6 +367,65 @@ fn prompt_blocks(blocks: &[ContentBlock]) -> Vec<AcpBlock> {
         .collect()
 }
 
+/// The run usage of an ACP `usage_update` (see the module doc): `used` as input tokens.
+pub fn usage_of(update: &UsageUpdate) -> Usage {
+    Usage {
+        input_tokens: update.used,
+        output_tokens: 0,
+        cache_read_input_tokens: None,
+        cache_creation_input_tokens: None,
+    }
+}
+
+/// Reopens the thread's session `id`: `session/resume` when advertised, else `session/load`, else (or when those
+/// fail) a new session with a [`SESSION_NOT_RESUMED`] notice pushed to `startup`. Whatever the agent sent while
+/// reopening (a load's replay, a resume that replays anyway) is dropped: it is not part of the turn.
+async fn reopen(
+    client: &Client,
+    id: &SessionId,
+    cwd: &Path,
+    startup: &mut Vec<NormalizedEvent>,
+) -> Result<Session, AcpError> {
+    let agent = client.agent();
+    let can_resume = client.session_capabilities().resume.is_some();
+    let can_load = agent.is_some_and(|agent| agent.agent_capabilities.load_session);
+    let acp_id = agentwire_acp::schema::SessionId::new(id.as_str());
+    let mut failures = Vec::new();
+    if can_resume {
+        match client.resume_session(acp_id.clone(), cwd).await {
+            Ok(session) => return Ok(drained(client, session).await),
+            Err(e) => failures.push(format!("session/resume failed: {e}")),
+        }
+    }
+    if can_load {
+        match client.load_session(acp_id, cwd).await {
+            Ok(session) => return Ok(drained(client, session).await),
+            Err(e) => failures.push(format!("session/load failed: {e}")),
+        }
+    }
+    let session = client.new_session(cwd).await?;
+    let why = if failures.is_empty() {
+        "the agent can neither resume nor load sessions (no sessionCapabilities.resume, no loadSession)".to_owned()
+    } else {
+        failures.join("; ")
+    };
+    startup.push(notice(
+        SESSION_NOT_RESUMED,
+        Some(format!(
+            "{why}; session {id} was not resumed, started new session {}",
+            session.id()
+        )),
+    ));
+    Ok(session)
+}
+
+/// Drops every update routed to `session` so far.
+async fn drained(client: &Client, mut session: Session) -> Session {
+    client.routed().await;
+    while session.try_next_update().is_some() {}
+    session
+}
+
 /// What the session task is asked to send, and where it says whether it was sent.
 type PromptRequest = (Vec<AcpBlock>, oneshot::Sender<Result<(), AcpError>>);
 
@@ -369,15 +462,17 @@ impl Drop for AcpRunner {
 const EVENT_QUEUE: usize = 256;
 
 impl AcpRunner {
-    /// Spawns the agent in `cwd` (also the root of its `fs/*` access), initializes it and loads `resume` when the
-    /// agent advertises `loadSession`, else creates a new session (with a [`SESSION_NOT_RESUMED`] notice).
+    /// Spawns the agent in `cwd` (also the root of its `fs/*` access), initializes it, reopens `resume` (see the
+    /// module doc) or creates a new session, and selects `model` through the agent's `model` config option.
     ///
     /// # Errors
     /// `(code, detail)`: `spawn_failed`, or the [`error_status`] code of the failed request.
+    #[allow(clippy::too_many_arguments)] // One call site; a struct would only rename these.
     pub(crate) async fn start(
         plan: &LaunchPlan,
         max_line_bytes: usize,
         resume: Option<&SessionId>,
+        model: Option<&str>,
         cwd: Option<&Path>,
         idle_timeout: Option<Duration>,
         permissions: AcpPermissions,
@@ -418,49 +513,29 @@ impl AcpRunner {
             TurnStatus::Success => (codes::AGENT_ERROR.to_owned(), e.to_string()),
         };
         let setup = async {
-            let agent = client.initialize().await?;
+            client.initialize().await?;
             let mut startup = Vec::new();
-            let session = match resume {
+            let mut session = match resume {
                 None => client.new_session(&cwd).await?,
-                Some(id) if agent.agent_capabilities.load_session => {
-                    match client
-                        .load_session(agentwire_acp::schema::SessionId::new(id.as_str()), &cwd)
-                        .await
-                    {
-                        Ok(mut session) => {
-                            // The replayed history is not part of this turn.
-                            client.routed().await;
-                            while session.try_next_update().is_some() {}
-                            session
-                        }
-                        Err(e) => {
-                            let session = client.new_session(&cwd).await?;
-                            startup.push(notice(
-                                SESSION_NOT_RESUMED,
-                                Some(format!(
-                                    "the agent could not load session {id} ({e}); started new session {}",
-                                    session.id()
-                                )),
-                            ));
-                            session
-                        }
-                    }
-                }
-                Some(id) => {
-                    let session = client.new_session(&cwd).await?;
+                Some(id) => reopen(&client, id, &cwd, &mut startup).await?,
+            };
+            let mut applied = None;
+            if let Some(model) = model {
+                if session.model_option().is_some() {
+                    session.set_model(model).await?;
+                    applied = Some(model.to_owned());
+                } else {
                     startup.push(notice(
-                        SESSION_NOT_RESUMED,
+                        MODEL_NOT_APPLIED,
                         Some(format!(
-                            "the agent cannot load sessions (no loadSession capability); session {id} was not resumed, started new session {}",
-                            session.id()
+                            "the agent offers no `model` config option; model {model} was not applied"
                         )),
                     ));
-                    session
                 }
-            };
-            Ok::<_, AcpError>((session, startup))
+            }
+            Ok::<_, AcpError>((session, startup, applied))
         };
-        let (mut session, notices) = match setup.await {
+        let (mut session, notices, model) = match setup.await {
             Ok(done) => done,
             Err(e) => {
                 client.stop(StopPlan::default()).await;
@@ -472,7 +547,7 @@ impl AcpRunner {
             Ok(id) => {
                 startup.push(NormalizedEvent::SessionStarted {
                     session_id: id.clone(),
-                    model: None,
+                    model,
                 });
                 Some(id)
             }
@@ -500,9 +575,15 @@ impl AcpRunner {
                     return;
                 }
             };
+            let mut usage = None;
             while let Some(event) = turn.next().await {
                 match event {
                     TurnEvent::Update(update) => {
+                        if let Update::Known(known) = &update
+                            && let SessionUpdate::UsageUpdate(update) = known.as_ref()
+                        {
+                            usage = Some(update.clone());
+                        }
                         for event in map_update(update, max_summary_chars) {
                             if events_tx.send(event).await.is_err() {
                                 return;
@@ -516,6 +597,13 @@ impl AcpRunner {
                         };
                         let mut outcome = TurnOutcome::new(status);
                         outcome.session_id = outcome_session.clone();
+                        if let Some(usage) = usage.take() {
+                            outcome.usage = Some(usage_of(&usage));
+                            outcome.total_cost_usd = usage
+                                .cost
+                                .filter(|cost| cost.currency.eq_ignore_ascii_case("USD"))
+                                .map(|cost| cost.amount);
+                        }
                         // The runner may be gone (store failure); nothing else to tell.
                         let _ = events_tx
                             .send(NormalizedEvent::TurnCompleted(outcome))
@@ -687,11 +775,41 @@ mod tests {
             &[json!({"type":"notice","kind":"plan"})],
         );
         check(
+            json!({"sessionUpdate":"usage_update","used":1200,"size":200000}),
+            &[json!({"type":"notice","kind":"usage_update","detail":"used 1200 of 200000 tokens"})],
+        );
+        check(
+            json!({"sessionUpdate":"usage_update","used":5,"size":9,"cost":{"amount":0.25,"currency":"EUR"}}),
+            &[
+                json!({"type":"notice","kind":"usage_update","detail":"used 5 of 9 tokens, cost 0.25 EUR"}),
+            ],
+        );
+        // Titles are bounded like summaries; a cleared title (null) has no detail.
+        check(
+            json!({"sessionUpdate":"session_info_update","title":"x".repeat(21)}),
+            &[
+                json!({"type":"notice","kind":"session_info_update","detail":format!("{}…", "x".repeat(19))}),
+            ],
+        );
+        check(
+            json!({"sessionUpdate":"session_info_update","title":null}),
+            &[json!({"type":"notice","kind":"session_info_update"})],
+        );
+        check(
             json!({"sessionUpdate":"future_thing"}),
             &[
                 json!({"type":"notice","kind":"future_thing","detail":"not understood by the ACP v1 types"}),
             ],
         );
+    }
+
+    #[test]
+    fn usage_updates_become_input_tokens() {
+        let update: UsageUpdate =
+            serde_json::from_value(json!({"used": 4096, "size": 200000})).expect("usage");
+        let usage = usage_of(&update);
+        assert_eq!((usage.input_tokens, usage.output_tokens), (4096, 0));
+        assert_eq!(usage.cache_read_input_tokens, None);
     }
 
     fn code(status: TurnStatus) -> String {

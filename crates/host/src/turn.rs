@@ -228,6 +228,7 @@ impl AgentRunner {
         agent: &AgentSpec,
         plan: &LaunchPlan,
         resume: Option<SessionId>,
+        model: Option<&str>,
         options: &TurnOptions,
     ) -> Result<Self, (String, String)> {
         if agent.protocol == AgentProtocol::Acp {
@@ -235,6 +236,7 @@ impl AgentRunner {
                 plan,
                 agent.max_line_bytes,
                 resume.as_ref(),
+                model,
                 options.cwd.as_deref(),
                 options.idle_timeout,
                 options.acp_permissions.clone(),
@@ -482,7 +484,8 @@ pub async fn run_turn(
         .model
         .as_deref()
         .or(agent.launch.default_model.as_deref());
-    // ACP agents get no `--model`/`--resume` flags: the session is resumed with `session/load`.
+    // ACP agents get no `--model`/`--resume` flags: the session is reopened with `session/resume` or `session/load`
+    // and the model selected with `session/set_config_option` (crate::acp_turn).
     let mut plan = if agent.protocol == AgentProtocol::Acp {
         agent.launch.plan(None, None, None)
     } else {
@@ -556,10 +559,11 @@ pub async fn run_turn(
 
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let drive = async {
-        let mut runner = match AgentRunner::start(agent, &plan, resume.clone(), options).await {
-            Ok(runner) => runner,
-            Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
-        };
+        let mut runner =
+            match AgentRunner::start(agent, &plan, resume.clone(), model, options).await {
+                Ok(runner) => runner,
+                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+            };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;

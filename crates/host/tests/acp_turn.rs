@@ -123,3 +123,200 @@ async fn an_acp_agents_message_over_its_max_line_bytes_fails_the_turn_naming_the
     let detail = report.error_detail.unwrap_or_default();
     assert!(detail.contains("max_line_bytes = 100000"), "{detail}");
 }
+
+fn in_thread(thread: &agentwire_host::ThreadId, prompt: &str) -> TurnRequest {
+    let mut request = request(prompt);
+    request.thread = Some(thread.clone());
+    request
+}
+
+async fn turn(
+    store: &mut Store,
+    agent: &AgentSpec,
+    request: TurnRequest,
+) -> (agentwire_host::turn::TurnReport, Vec<NormalizedEvent>) {
+    let mut events = Vec::new();
+    let report = run_turn(
+        store,
+        agent,
+        request,
+        &TurnOptions::default(),
+        &mut |event: &NormalizedEvent| events.push(event.clone()),
+        std::future::pending(),
+    )
+    .await
+    .expect("turn recorded");
+    (report, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_thread_is_reopened_with_session_resume_when_advertised_else_session_load() {
+    for (args, expect) in [
+        (
+            &["--mode", "echo"][..],
+            "acp-fixture: session/resume sess-1",
+        ),
+        (
+            &["--mode", "echo", "--no-resume"][..],
+            "acp-fixture: session/load sess-1",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = acp_agent(tmp.path(), args);
+        let mut store = Store::open(&tmp.path().join("data")).unwrap();
+        let (first, _) = turn(&mut store, &agent, request("hello")).await;
+        assert_eq!(first.status, RunStatus::Succeeded);
+        let (second, events) = turn(&mut store, &agent, in_thread(&first.thread_id, "again")).await;
+        assert_eq!(second.status, RunStatus::Succeeded);
+        assert!(
+            second.stderr_tail.contains(expect),
+            "{args:?}: {}",
+            second.stderr_tail
+        );
+        // Nothing replayed is part of the turn, and no new session was started.
+        assert_eq!(second.assistant_text, "again");
+        assert!(
+            !events.iter().any(|e| matches!(e, NormalizedEvent::Notice { kind, .. } if kind == "session_not_resumed")),
+            "{events:?}"
+        );
+        assert_eq!(second.session_id.as_deref(), Some("sess-1"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_resume_falls_back_to_session_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nenv = {{ ACP_FIXTURE_RESUME_FAILS = \"1\" }}\n",
+        fixture.display()
+    );
+    std::fs::write(tmp.path().join("agents.toml"), text).unwrap();
+    let registry = AgentRegistry::load(tmp.path(), &|_| None, None).unwrap();
+    let agent = registry.resolve(Some("acp")).unwrap().clone();
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (first, _) = turn(&mut store, &agent, request("hello")).await;
+    let (second, events) = turn(&mut store, &agent, in_thread(&first.thread_id, "again")).await;
+    assert_eq!(second.status, RunStatus::Succeeded);
+    assert!(
+        second
+            .stderr_tail
+            .contains("acp-fixture: session/load sess-1"),
+        "{}",
+        second.stderr_tail
+    );
+    assert!(
+        second
+            .stderr_tail
+            .contains("acp-fixture: session/resume sess-1 refused"),
+        "resume is tried first: {}",
+        second.stderr_tail
+    );
+    assert_eq!(second.session_id.as_deref(), Some("sess-1"));
+    assert_eq!(second.assistant_text, "again");
+    assert!(!events.iter().any(
+        |e| matches!(e, NormalizedEvent::Notice { kind, .. } if kind == "session_not_resumed")
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_that_replays_anyway_is_kept_out_of_the_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = acp_agent(tmp.path(), &["--mode", "resume-replays"]);
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (first, _) = turn(&mut store, &agent, request("hello")).await;
+    let (second, _) = turn(&mut store, &agent, in_thread(&first.thread_id, "again")).await;
+    assert_eq!(second.status, RunStatus::Succeeded);
+    assert_eq!(second.assistant_text, "again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_reaches_an_acp_agent_through_its_model_config_option() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = acp_agent(tmp.path(), &["--mode", "echo"]);
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let mut chosen = request("hi");
+    chosen.model = Some("smart".to_owned());
+    let (report, events) = turn(&mut store, &agent, chosen).await;
+    assert_eq!(report.status, RunStatus::Succeeded);
+    let started = events.iter().find_map(|e| match e {
+        NormalizedEvent::SessionStarted { model, .. } => Some(model.clone()),
+        _ => None,
+    });
+    assert_eq!(started, Some(Some("smart".to_owned())));
+    // The agent announces the change (before the prompt's answer, so within the turn): a notice, not text.
+    assert!(events.iter().any(
+        |e| matches!(e, NormalizedEvent::Notice { kind, .. } if kind == "config_option_update")
+    ));
+    assert_eq!(report.assistant_text, "hi");
+
+    let mut unknown = request("hi");
+    unknown.model = Some("huge".to_owned());
+    let (report, _) = turn(&mut store, &agent, unknown).await;
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error_code.as_deref(), Some("agent_error"));
+    assert!(
+        report
+            .error_detail
+            .unwrap_or_default()
+            .contains("unknown model"),
+        "the agent's refusal is the detail"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_for_an_agent_without_a_model_option_is_noted_not_fatal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = agentwire_testkit::bin_path("kandev-fixture");
+    let text = format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\n",
+        fixture.display()
+    );
+    std::fs::write(tmp.path().join("agents.toml"), text).unwrap();
+    let registry = AgentRegistry::load(tmp.path(), &|_| None, None).unwrap();
+    let agent = registry.resolve(Some("acp")).unwrap().clone();
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let mut chosen = request("hi");
+    chosen.model = Some("smart".to_owned());
+    let (report, events) = turn(&mut store, &agent, chosen).await;
+    assert_eq!(report.status, RunStatus::Succeeded);
+    let notice = events.iter().find_map(|e| match e {
+        NormalizedEvent::Notice { kind, detail } if kind == "model_not_applied" => detail.clone(),
+        _ => None,
+    });
+    assert!(
+        notice
+            .unwrap_or_default()
+            .contains("model smart was not applied")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_update_is_recorded_as_the_runs_usage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = acp_agent(tmp.path(), &["--mode", "rich"]);
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let (report, events) = turn(&mut store, &agent, request("count me")).await;
+    assert_eq!(report.status, RunStatus::Succeeded);
+    let usage = report.usage.expect("usage");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (100, 0));
+    assert_eq!(report.total_cost_usd, Some(0.01));
+    let stored = store.run(&report.run_id).unwrap().expect("run");
+    assert_eq!(stored.usage.map(|u| u.input_tokens), Some(100));
+    let details: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            NormalizedEvent::Notice { kind, detail } => {
+                Some(format!("{kind}: {}", detail.clone().unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        details,
+        [
+            "session_info_update: count me",
+            "usage_update: used 100 of 200000 tokens, cost 0.01 USD"
+        ]
+    );
+}

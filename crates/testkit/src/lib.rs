@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+pub mod acp_python;
+
 /// Path of a workspace binary named `name` in the target directory the running test was built into.
 ///
 /// # Panics

@@ -88,6 +88,20 @@ fn method_defs(side: Side, method: &str) -> Option<(&'static str, Option<&'stati
             ("SetSessionModeRequest", Some("SetSessionModeResponse"))
         }
         (Side::Client, "session/cancel") => ("CancelNotification", None),
+        (Side::Client, "logout") => ("LogoutRequest", Some("LogoutResponse")),
+        (Side::Client, "session/list") => ("ListSessionsRequest", Some("ListSessionsResponse")),
+        (Side::Client, "session/resume") => ("ResumeSessionRequest", Some("ResumeSessionResponse")),
+        (Side::Client, "session/close") => ("CloseSessionRequest", Some("CloseSessionResponse")),
+        (Side::Client, "session/delete") => ("DeleteSessionRequest", Some("DeleteSessionResponse")),
+        (Side::Client, "session/set_config_option") => (
+            "SetSessionConfigOptionRequest",
+            Some("SetSessionConfigOptionResponse"),
+        ),
+        (Side::Agent, "elicitation/create") => (
+            "CreateElicitationRequest",
+            Some("CreateElicitationResponse"),
+        ),
+        (Side::Agent, "elicitation/complete") => ("CompleteElicitationNotification", None),
         (_, "$/cancel_request") => ("CancelRequestNotification", None),
         (Side::Agent, "session/update") => ("SessionNotification", None),
         (Side::Agent, "session/request_permission") => (
@@ -124,6 +138,8 @@ pub struct TapLog {
     pub agent_violations: Vec<String>,
     pub client_methods: Vec<String>,
     pub agent_methods: Vec<String>,
+    /// Error codes of the agent's error responses, in order.
+    pub agent_error_codes: Vec<i64>,
     /// Requests in flight by (sender, id) → method, to pick the result's `$defs` entry.
     pending: HashMap<(bool, String), String>,
 }
@@ -198,6 +214,11 @@ impl Tap {
                 let requester = if is_client { Side::Agent } else { Side::Client };
                 if let Some(error) = message.get("error") {
                     validate_def("Error", error).map_err(|e| format!("Error: {e}"))?;
+                    if side == Side::Agent
+                        && let Some(code) = error.get("code").and_then(Value::as_i64)
+                    {
+                        log.agent_error_codes.push(code);
+                    }
                 } else if let Some((_, Some(result_def))) = method_defs(requester, &method) {
                     let result = message.get("result").cloned().unwrap_or(Value::Null);
                     validate_def(result_def, &result).map_err(|e| format!("{result_def}: {e}"))?;
@@ -206,6 +227,11 @@ impl Tap {
             (None, None) => return Err(format!("neither method nor id: {message}")),
         }
         Ok(())
+    }
+
+    /// Checks one recorded message (a line without its newline) as written by `side`, as if it had passed the tap.
+    pub fn check_recorded(&self, side: Side, line: &str) {
+        self.check_line(side, line.as_bytes());
     }
 
     /// Panics unless the client side (and, with `agent_too`, the agent side) emitted only schema-valid messages,
@@ -256,6 +282,14 @@ impl Tap {
 
 /// A client and an in-memory fixture agent (the agent role) joined through a validating tap.
 pub fn memory_pair(mode: Mode, builder: ClientBuilder) -> (Client, Tap) {
+    memory_pair_with(FixtureAgent::new(mode), builder)
+}
+
+/// A client and any in-memory agent joined through a validating tap.
+pub fn memory_pair_with<A: agentwire_acp::Agent>(
+    agent: A,
+    builder: ClientBuilder,
+) -> (Client, Tap) {
     let tap = Tap::default();
     let (client_out, tap_from_client) = tokio::io::duplex(1 << 16);
     let (tap_to_agent, agent_in) = tokio::io::duplex(1 << 16);
@@ -264,7 +298,7 @@ pub fn memory_pair(mode: Mode, builder: ClientBuilder) -> (Client, Tap) {
     tap.relay(Side::Client, tap_from_client, tap_to_agent);
     tap.relay(Side::Agent, tap_from_agent, tap_to_client);
     let agent = AgentSide::new(
-        FixtureAgent::new(mode),
+        agent,
         agent_in,
         agent_out,
         agentwire_jsonrpc::Config::default(),

@@ -7,7 +7,8 @@
 //!
 //! Protocol: JSON Lines, each line at most [`MAX_LINE_BYTES`].
 //! - approver → host, first line: `{"type":"hello","token":"<contents of PATH.token>"}`; a wrong token closes the
-//!   connection after `{"type":"error","code":"authentication_failed"}`.
+//!   connection after `{"type":"error","code":"authentication_failed"}`; the right one is answered
+//!   `{"type":"ready"}` once the approver is attached as a renderer (from then on approvals wait for it).
 //! - host → approver: `{"type":"approval","id":"000000000000002a","scope":"…","method":"settings.updatePublic",
 //!   "display":{…},"expiresInMs":119000}` for every pending approval (those already pending first), and
 //!   `{"type":"closed","id":"…","decision":"approved|denied|expired|cancelled"}` when one leaves.
@@ -204,6 +205,9 @@ async fn serve_one(stream: UnixStream, approvals: Approvals, token: &str) {
         return;
     }
     let mut renderer = approvals.attach_renderer();
+    if send(&mut write, &json!({"type":"ready"})).await.is_err() {
+        return;
+    }
     let now = Instant::now();
     for approval in renderer.pending() {
         if send(&mut write, &approval_line(&approval, now))
