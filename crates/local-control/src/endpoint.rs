@@ -178,7 +178,7 @@ pub fn prepare_private_dir(dir: &Path) -> Result<(), EndpointError> {
 }
 
 /// A bound, verified socket and the lock that makes it ours. Dropping it releases the lock (not the socket
-/// file; [`BoundEndpoint::remove_socket`] does that).
+/// file; [`EndpointLock::remove_socket`] does that).
 #[derive(Debug)]
 pub struct BoundEndpoint {
     /// The listener, non-blocking.
@@ -189,7 +189,29 @@ pub struct BoundEndpoint {
 }
 
 impl BoundEndpoint {
-    /// Unlinks the socket file if it is still a socket.
+    /// Splits into the listener and the lock guard, so that the listener can be closed (by dropping it) while
+    /// the lock is still held.
+    pub fn into_parts(self) -> (UnixListener, EndpointLock) {
+        (
+            self.listener,
+            EndpointLock {
+                layout: self.layout,
+                lock: self.lock,
+            },
+        )
+    }
+}
+
+/// The lock of a bound endpoint, held while the server lives; dropping it releases the lock.
+#[derive(Debug)]
+pub struct EndpointLock {
+    /// The layout it was bound for.
+    pub layout: Layout,
+    lock: File,
+}
+
+impl EndpointLock {
+    /// Unlinks the socket file if it is still a socket (and the fallback directory if empty).
     pub fn remove_socket(&self) {
         if fs::symlink_metadata(&self.layout.socket_path)
             .is_ok_and(|meta| meta.file_type().is_socket())

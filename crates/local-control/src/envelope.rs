@@ -124,7 +124,7 @@ impl ErrorCode {
         }
     }
 
-    /// The HTTP status the server answers with for this code (DeepChat's `server.ts` choices).
+    /// The HTTP status the server answers with for this code (DeepChat's `server.ts` choices; 400 where it sets none).
     pub fn http_status(self) -> u16 {
         match self {
             ErrorCode::InvalidRequest => 400,
@@ -135,7 +135,7 @@ impl ErrorCode {
             ErrorCode::Conflict | ErrorCode::UnsupportedVersion => 409,
             ErrorCode::BodyTooLarge => 413,
             ErrorCode::RateLimited => 429,
-            ErrorCode::Cancelled => 499,
+            ErrorCode::Cancelled => 400,
             ErrorCode::Unavailable => 503,
             ErrorCode::ResultTooLarge | ErrorCode::InternalError => 500,
         }

@@ -1,6 +1,7 @@
 //! Shape limits for untrusted JSON: nesting depth, object keys and total nodes.
 //!
-//! DeepChat bounds every parsed request (`parseBoundedJsonBytes`): depth 64, 10 000 keys, 50 000 nodes.
+//! DeepChat bounds every parsed request (`parseBoundedJsonBytes` in its kernel contracts): depth 64, 10 000 keys,
+//! 50 000 nodes, and no `__proto__`/`constructor`/`prototype` keys. Same counting rules here.
 //! The walk is iterative, so a deep value cannot overflow the stack here; `serde_json`'s own recursion limit (128)
 //! protects the parse that comes before it.
 
@@ -10,7 +11,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct JsonLimits {
-    /// Deepest nesting of arrays/objects; a scalar at top level has depth 0, `{}` depth 1. Default 64.
+    /// Deepest value: the top-level value has depth 0, each array element or object member one more than its
+    /// container. Default 64.
     pub max_depth: usize,
     /// Object keys summed over the whole value. Default 10 000.
     pub max_keys: usize,
@@ -35,6 +37,13 @@ pub enum JsonShapeError {
     /// The bytes are not one JSON value (or nest past `serde_json`'s 128 levels).
     #[error("body is not valid json")]
     Syntax,
+    /// An object key JavaScript treats specially (`__proto__`, `constructor`, `prototype`), refused as DeepChat
+    /// refuses it.
+    #[error("json key is not allowed: {key}")]
+    UnsafeKey {
+        /// The key.
+        key: &'static str,
+    },
     /// Nesting deeper than `max_depth`.
     #[error("json nesting is deeper than {max}")]
     TooDeep {
@@ -70,34 +79,36 @@ pub fn check(value: &Value, limits: JsonLimits) -> Result<(), JsonShapeError> {
                 max: limits.max_nodes,
             });
         }
+        if depth > limits.max_depth {
+            return Err(JsonShapeError::TooDeep {
+                max: limits.max_depth,
+            });
+        }
         match value {
-            Value::Array(items) => {
-                if depth + 1 > limits.max_depth {
-                    return Err(JsonShapeError::TooDeep {
-                        max: limits.max_depth,
-                    });
-                }
-                stack.extend(items.iter().map(|item| (item, depth + 1)));
-            }
+            Value::Array(items) => stack.extend(items.iter().map(|item| (item, depth + 1))),
             Value::Object(map) => {
-                if depth + 1 > limits.max_depth {
-                    return Err(JsonShapeError::TooDeep {
-                        max: limits.max_depth,
-                    });
+                for (key, item) in map {
+                    keys += 1;
+                    if keys > limits.max_keys {
+                        return Err(JsonShapeError::TooManyKeys {
+                            max: limits.max_keys,
+                        });
+                    }
+                    if let Some(unsafe_key) =
+                        UNSAFE_KEYS.iter().find(|candidate| **candidate == key)
+                    {
+                        return Err(JsonShapeError::UnsafeKey { key: unsafe_key });
+                    }
+                    stack.push((item, depth + 1));
                 }
-                keys += map.len();
-                if keys > limits.max_keys {
-                    return Err(JsonShapeError::TooManyKeys {
-                        max: limits.max_keys,
-                    });
-                }
-                stack.extend(map.values().map(|item| (item, depth + 1)));
             }
             _ => {}
         }
     }
     Ok(())
 }
+
+const UNSAFE_KEYS: [&str; 3] = ["__proto__", "constructor", "prototype"];
 
 /// Parses `bytes` as one JSON value and checks it against `limits`.
 ///
@@ -155,6 +166,38 @@ mod tests {
         assert_eq!(
             check(&Value::Array(vec![json!(0); 50_000]), limits),
             Err(JsonShapeError::TooManyNodes { max: 50_000 })
+        );
+    }
+
+    #[test]
+    fn an_empty_container_at_the_depth_limit_passes() {
+        let mut value = json!([]);
+        for _ in 0..64 {
+            value = json!([value]);
+        }
+        // The innermost `[]` is at depth 64.
+        assert_eq!(check(&value, JsonLimits::default()), Ok(()));
+        assert_eq!(
+            check(&json!([value]), JsonLimits::default()),
+            Err(JsonShapeError::TooDeep { max: 64 })
+        );
+    }
+
+    #[test]
+    fn prototype_keys_are_refused_anywhere() {
+        for key in UNSAFE_KEYS {
+            let value = json!({"a": [{key: 1}]});
+            assert_eq!(
+                check(&value, JsonLimits::default()),
+                Err(JsonShapeError::UnsafeKey { key })
+            );
+        }
+        assert_eq!(
+            check(
+                &json!({"proto": 1, "constructors": 2}),
+                JsonLimits::default()
+            ),
+            Ok(())
         );
     }
 

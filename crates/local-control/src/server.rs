@@ -46,7 +46,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::descriptor::{Descriptor, Endpoint, Token, remove_descriptor_if_ours, write_descriptor};
-use crate::endpoint::{BoundEndpoint, EndpointError, Layout, bind_endpoint};
+use crate::endpoint::{EndpointError, EndpointLock, Layout, bind_endpoint};
 use crate::envelope::{
     ErrorBody, ErrorCode, RequestEnvelope, ResponseEnvelope, StreamRecord, UNKNOWN_REQUEST_ID,
     UploadRequestEnvelope, is_valid_method, is_valid_request_id,
@@ -455,7 +455,7 @@ pub struct Server {
     hard_stop: CancellationToken,
     grace: Duration,
     accept_task: Option<tokio::task::JoinHandle<tokio::task::JoinSet<()>>>,
-    endpoint: Arc<BoundEndpoint>,
+    endpoint: Arc<EndpointLock>,
 }
 
 impl Server {
@@ -476,8 +476,9 @@ impl Server {
                 .map_err(|error| std::io::Error::other(error.to_string()))??
         };
         let token = Token::generate()?;
-        let listener = tokio::net::UnixListener::from_std(bound.listener.try_clone()?)?;
-        let endpoint = Arc::new(bound);
+        let (listener, lock) = bound.into_parts();
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        let endpoint = Arc::new(lock);
         let shutdown = CancellationToken::new();
         let hard_stop = CancellationToken::new();
         let shared = Arc::new(Shared {
@@ -581,7 +582,17 @@ async fn accept_loop<S: Service>(
             accepted = listener.accept() => accepted,
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let Ok((stream, _)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors and the like: back off instead of spinning on the same error.
+                tracing::warn!(%error, "local-control: accept failed");
+                tokio::select! {
+                    () = shared.shutdown.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                }
+            }
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!("local-control: connection limit reached, closing a new connection");
             continue;
@@ -857,11 +868,12 @@ async fn handle_inner<S: Service>(
     if global >= shared.limits.max_pending_requests
         || mine >= shared.limits.max_pending_per_connection
     {
-        return Err(Failure::new(
+        let mut failure = Failure::new(
             ErrorCode::RateLimited,
             "too many pending local-control requests",
-        )
-        .status(429));
+        );
+        failure.error.retriable = true;
+        return Err(failure);
     }
     // Cancelled with the connection; rpc and upload handlers also cancel it when hyper drops them, streamed
     // responses when their producing task ends.

@@ -213,3 +213,37 @@ fn messages_say_what_to_do_and_never_show_the_token() {
     let missing = discover(&fixture.dir.path().join("nowhere")).unwrap_err();
     assert!(missing.to_string().contains("awp-host serve"), "{missing}");
 }
+
+/// Gives `path` to uid 65534 when we may (root, as in the CI container); reports whether it did.
+fn give_away(path: &Path) -> bool {
+    let nobody = rustix::fs::Uid::from_raw(65_534);
+    match rustix::fs::chown(path, Some(nobody), None) {
+        Ok(()) => true,
+        Err(error) => {
+            assert_eq!(
+                error,
+                rustix::io::Errno::PERM,
+                "only a permission refusal is expected"
+            );
+            false
+        }
+    }
+}
+
+#[test]
+fn a_descriptor_or_socket_owned_by_another_user_is_refused() {
+    let fixture = Fixture::new();
+    fixture.write_json(&fixture.good());
+    if give_away(&fixture.path()) {
+        assert_eq!(fixture.check(), Err("descriptor_owner".to_owned()));
+        let error = discover_at(&fixture.path(), DiscoveryOptions::default()).unwrap_err();
+        assert!(
+            error.to_string().contains("run as the host's user"),
+            "{error}"
+        );
+    }
+    fixture.write_json(&fixture.good());
+    if give_away(&fixture.socket) {
+        assert_eq!(fixture.check(), Err("endpoint_not_socket".to_owned()));
+    }
+}

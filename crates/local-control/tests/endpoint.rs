@@ -193,3 +193,40 @@ fn an_overlong_socket_path_falls_back_to_a_short_private_directory() {
     // Deterministic per data dir.
     assert_eq!(Layout::new(&long, "deepchat").unwrap(), layout);
 }
+
+/// Gives `path` to uid 65534 when we may (root, as in the CI container); reports whether it did.
+fn give_away(path: &std::path::Path) -> bool {
+    match rustix::fs::chown(path, Some(rustix::fs::Uid::from_raw(65_534)), None) {
+        Ok(()) => true,
+        Err(error) => {
+            assert_eq!(
+                error,
+                rustix::io::Errno::PERM,
+                "only a permission refusal is expected"
+            );
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_foreign_stale_socket_or_control_dir_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path(), "deepchat").unwrap();
+    agentwire_local_control::endpoint::prepare_private_dir(&layout.control_dir).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&layout.socket_path).unwrap());
+    if give_away(&layout.socket_path) {
+        let error = Server::start(config(dir.path()), Shared::default())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "foreign_socket", "{error}");
+        assert!(layout.socket_path.exists());
+    }
+    std::fs::remove_file(&layout.socket_path).unwrap();
+    if give_away(&layout.control_dir) {
+        let error = Server::start(config(dir.path()), Shared::default())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "directory_not_private", "{error}");
+    }
+}

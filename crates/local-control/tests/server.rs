@@ -80,7 +80,12 @@ async fn rpc_round_trip_for_human_and_agent_tokens() {
 #[tokio::test]
 async fn wrong_or_absent_token_is_authentication_failed_before_the_body_is_read() {
     let running = start().await;
-    let wrong = Client::new(running.socket(), Token::generate().unwrap());
+    let presented = Token::generate().unwrap();
+    let wrong = Client::new(running.socket(), presented.clone());
+    assert!(
+        !format!("{:?} {wrong:?}", running.server)
+            .contains(running.server.descriptor().token.expose())
+    );
     let error = wrong
         .rpc(&request("r1", "test.echo", json!({})), TIMEOUT)
         .await
@@ -88,6 +93,17 @@ async fn wrong_or_absent_token_is_authentication_failed_before_the_body_is_read(
     assert_eq!(error.code(), ErrorCode::AuthenticationFailed);
     assert_eq!(error.exit_code(), 4);
     assert!(matches!(error, ClientError::Remote { status: 401, .. }));
+    let body =
+        r#"{"protocolVersion":1,"surfaceVersion":2,"id":"r1","method":"test.echo","params":{}}"#;
+    let response = raw(
+        &running.socket(),
+        &rpc_bytes(presented.expose(), "test.echo", body),
+    )
+    .await;
+    assert!(
+        !response.contains(presented.expose()),
+        "the presented token is not echoed: {response}"
+    );
 
     let body =
         r#"{"protocolVersion":1,"surfaceVersion":2,"id":"r1","method":"test.echo","params":{}}"#;
@@ -657,7 +673,7 @@ async fn requests_past_the_pending_limit_are_rate_limited() {
         .await
         .unwrap_err();
     assert_eq!(error.code(), ErrorCode::RateLimited);
-    assert!(matches!(error, ClientError::Remote { status: 429, .. }));
+    assert!(matches!(error, ClientError::Remote { status: 429, ref error } if error.retriable));
     hung.abort();
     running.server.shutdown().await;
 }
@@ -729,5 +745,20 @@ async fn a_refused_client_upload_sends_no_bytes() {
     assert_eq!(error.code(), ErrorCode::PermissionDenied);
     assert_eq!(running.service.log(), vec!["authorize:test.put".to_owned()]);
     assert!(running.temp_files().is_empty());
+    running.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_client_sees_body_too_large_even_while_it_is_still_sending() {
+    let running = start().await;
+    for size in [2 * 1024, 4 * 1024 * 1024] {
+        let params = json!("x".repeat(size));
+        let error = running
+            .client()
+            .rpc(&request("r1", "test.echo", params), TIMEOUT)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::BodyTooLarge, "{size}: {error}");
+    }
     running.server.shutdown().await;
 }
