@@ -261,8 +261,17 @@ async fn approvals_console(mut renderer: Renderer, shutdown: CancellationToken) 
                 } else {
                     Resolution::Deny
                 };
-                if let Err(e) = renderer.resolve(approval.id, &approval.scope, resolution) {
-                    eprintln!("awp-host: approval {} could not be answered: {}", approval.id, e.code());
+                match renderer.resolve(approval.id, &approval.scope, resolution) {
+                    Ok(()) => show(&format!(
+                        "awp-host: approval {} {}",
+                        approval.id,
+                        if resolution == Resolution::Approve { "allowed" } else { "denied" }
+                    )),
+                    Err(e) => show(&format!(
+                        "awp-host: approval {} could not be answered: {}",
+                        approval.id,
+                        e.code()
+                    )),
                 }
             }
         }
