@@ -6,6 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use agentwire_host::agents::{AgentEntry, AgentRegistry};
 use agentwire_host::attachments::{AttachmentLimits, read_attachments};
+use agentwire_host::control::ChatAgentToken;
 use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord, escape_controls};
 use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
 use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
@@ -62,6 +63,14 @@ fn store_failure(e: &StoreError) -> Failure {
         _ => Exit::Protocol,
     };
     Failure::from_error(exit, e.code(), e)
+}
+
+/// The directory of the `deepchat` binary when it sits next to `awp-host` (prepended to agents' `PATH`).
+pub(crate) fn deepchat_dir() -> Option<std::path::PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+        .filter(|bin| bin.join("deepchat").is_file())
 }
 
 pub(crate) fn load_agents(flag: Option<&Path>) -> Result<AgentRegistry, Failure> {
@@ -240,8 +249,13 @@ async fn chat(
         ..TurnOptions::default()
     };
     let (cancel, abort) = cancel_on_signals()?;
+    // With a `serve` running for this data dir, the agent gets a run-scoped DEEPCHAT_CLI_AGENT_TOKEN.
+    let dir = paths::data_dir(data_dir, &env_lookup)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let agent_token = ChatAgentToken::discover(&dir, deepchat_dir());
     let options = TurnOptions {
         abort: Some(abort.clone()),
+        on_run_recorded: Some(agent_token.hook()),
         ..options
     };
     let request = TurnRequest {
@@ -262,6 +276,7 @@ async fn chat(
         cancel,
     )
     .await;
+    agent_token.revoke().await;
     let report = result.map_err(|e| {
         let exit = match &e {
             TurnSetupError::Launch { .. } => Exit::AgentUnavailable,

@@ -61,10 +61,7 @@ pub async fn serve(
     };
 
     let mut config = ControlConfig::new(&dir, env!("CARGO_PKG_VERSION"));
-    config.deepchat_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_path_buf))
-        .filter(|bin| bin.join("deepchat").is_file());
+    config.deepchat_dir = crate::commands::deepchat_dir();
     let plane = ControlPlane::open(config, registry)
         .await
         .map_err(|e| Failure::from_error(Exit::Protocol, "local_control_setup", &e))?;

@@ -355,3 +355,51 @@ async fn agents_launched_by_serve_find_deepchat_first_on_path_and_a_bad_agent_to
     assert_eq!(bad.code, 4, "{bad:?}");
     assert_eq!(server.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_turn_gets_a_token_from_a_running_serve_that_is_revoked_when_the_turn_ends() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let alone = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--json",
+            "env:DEEPCHAT_CLI_AGENT_TOKEN",
+        ])
+        .await;
+    assert_eq!(alone.code, 0, "{alone:?}");
+    assert!(
+        alone.stdout.contains("DEEPCHAT_CLI_AGENT_TOKEN=<unset>"),
+        "no serve, no token: {alone:?}"
+    );
+
+    let server = serve(&host, &["--console", "off"]).await;
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--json",
+            "env:DEEPCHAT_CLI_AGENT_TOKEN",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let text = out.json()["text"].as_str().unwrap_or_default().to_owned();
+    let token = text
+        .strip_prefix("echo: env:DEEPCHAT_CLI_AGENT_TOKEN=")
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert_eq!(token.len(), 43, "{text}");
+    let revoked = deepchat_env(
+        &host,
+        &["system", "status", "--json"],
+        &[("DEEPCHAT_CLI_AGENT_TOKEN", token)],
+    )
+    .await;
+    assert_eq!(
+        revoked.code, 4,
+        "revoked when the chat turn ended: {revoked:?}"
+    );
+    assert_eq!(server.stop().await, 0);
+}

@@ -252,7 +252,7 @@ impl RunManager {
                         run_id: run.clone(),
                     });
                 }
-                env
+                Box::pin(std::future::ready(env))
             }))
         };
         let options = TurnOptions {

@@ -60,7 +60,12 @@ pub struct TurnOptions {
 pub struct RunRecordedHook(pub std::sync::Arc<RunRecordedFn>);
 
 /// The function inside a [`RunRecordedHook`].
-pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) -> Vec<(String, String)> + Send + Sync;
+pub type RunRecordedFn = dyn Fn(&ThreadId, &RunId) -> AgentEnvFuture + Send + Sync;
+
+/// What a [`RunRecordedHook`] returns: the variables, possibly after asking another process (e.g. `chat` asking a
+/// running `serve` for a run-scoped agent token).
+pub type AgentEnvFuture =
+    std::pin::Pin<Box<dyn Future<Output = Vec<(String, String)>> + Send + 'static>>;
 
 impl std::fmt::Debug for RunRecordedHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -511,7 +516,7 @@ pub async fn run_turn(
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
     if let Some(hook) = &options.on_run_recorded {
-        for (key, value) in (hook.0)(&thread_id, &run_id) {
+        for (key, value) in (hook.0)(&thread_id, &run_id).await {
             plan.env.retain(|(k, _)| *k != key);
             plan.env.push((key, value));
         }

@@ -709,6 +709,32 @@ fn standard_specs() -> Vec<MethodSpec> {
             AuditProjection::Fields(&["runId", "format"]),
             RUN_CONTROL_LIMITS,
         ),
+        // Ours: `awp-host chat` (a human caller holding the descriptor) asks the running host for a token for the
+        // agent of its turn, and revokes it when the turn ends; the token authority lives in the serving process.
+        MethodSpec {
+            method: "agentTokens.issue",
+            effect: EffectRule::Fixed(Effect::LocalMaintenance),
+            callers: HUMAN,
+            scopes: &[Scope::SessionsRun],
+            transport: Transport::Rpc,
+            approval: ApprovalMode::Never,
+            agent_policy: None,
+            agent_input_allowed: None,
+            audit: AuditProjection::Fields(&["conversationId"]),
+            limits: DIAGNOSTIC_LIMITS,
+        },
+        MethodSpec {
+            method: "agentTokens.revoke",
+            effect: EffectRule::Fixed(Effect::LocalMaintenance),
+            callers: HUMAN,
+            scopes: &[Scope::SessionsRun],
+            transport: Transport::Rpc,
+            approval: ApprovalMode::Never,
+            agent_policy: None,
+            agent_input_allowed: None,
+            audit: AuditProjection::Fields(&["tokenId"]),
+            limits: DIAGNOSTIC_LIMITS,
+        },
     ]
 }
 
@@ -719,8 +745,8 @@ mod tests {
     #[test]
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
-        assert_eq!(surface.specs().len(), 17);
-        assert_eq!(Surface::standard().specs().len(), 17);
+        assert_eq!(surface.specs().len(), 19);
+        assert_eq!(Surface::standard().specs().len(), 19);
     }
 
     #[test]

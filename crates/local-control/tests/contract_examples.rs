@@ -98,6 +98,8 @@ fn method_names_are_the_wire_names() {
         ours::ThreadsGet::NAME,
         ours::ApprovalsListPending::NAME,
         ours::RunsExportTranscript::NAME,
+        ours::AgentTokensIssue::NAME,
+        ours::AgentTokensRevoke::NAME,
     ];
     for name in names {
         assert!(

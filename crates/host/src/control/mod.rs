@@ -306,16 +306,100 @@ fn agent_env(
         }
         Err(e) => tracing::warn!(code = e.code(), "no agent token for the run"),
     }
-    if let Some(dir) = deepchat_dir {
-        let mut paths = vec![dir.to_path_buf()];
-        if let Some(path) = std::env::var_os("PATH") {
-            paths.extend(std::env::split_paths(&path));
-        }
-        if let Ok(joined) = std::env::join_paths(paths) {
-            env.push(("PATH".to_owned(), joined.to_string_lossy().into_owned()));
+    env.extend(deepchat_dir.and_then(path_with_first));
+    env
+}
+
+/// `("PATH", dir + this process's PATH)`: how an agent finds the `deepchat` binary next to the host's.
+pub fn path_with_first(dir: &Path) -> Option<(String, String)> {
+    let mut paths = vec![dir.to_path_buf()];
+    if let Some(path) = std::env::var_os("PATH") {
+        paths.extend(std::env::split_paths(&path));
+    }
+    let joined = std::env::join_paths(paths).ok()?;
+    Some(("PATH".to_owned(), joined.to_string_lossy().into_owned()))
+}
+
+/// A token for the agent of a turn run outside `serve` (an `awp-host chat` turn), asked from the `serve` running
+/// for the same data directory (`agentTokens.issue`) and revoked with [`ChatAgentToken::revoke`] when the turn
+/// ends. With no `serve` running (no live descriptor) there is no token and the agent gets none.
+#[derive(Debug, Clone)]
+pub struct ChatAgentToken {
+    client: Option<agentwire_local_control::client::Client>,
+    deepchat_dir: Option<PathBuf>,
+    token_id: Arc<Mutex<Option<String>>>,
+}
+
+impl ChatAgentToken {
+    /// How long one `agentTokens.*` call may take before the turn goes on without a token.
+    pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// For the host of `data_dir`; `deepchat_dir` is prepended to the agent's `PATH` when a token was issued.
+    pub fn discover(data_dir: &Path, deepchat_dir: Option<PathBuf>) -> ChatAgentToken {
+        let client = agentwire_local_control::descriptor::discover(data_dir)
+            .ok()
+            .and_then(|descriptor| {
+                let token = descriptor.token.clone();
+                agentwire_local_control::client::Client::from_descriptor(&descriptor, token).ok()
+            });
+        ChatAgentToken {
+            client,
+            deepchat_dir,
+            token_id: Arc::default(),
         }
     }
-    env
+
+    /// The hook for [`TurnOptions::on_run_recorded`](crate::turn::TurnOptions::on_run_recorded): asks for a
+    /// token scoped to the turn's thread.
+    pub fn hook(&self) -> crate::turn::RunRecordedHook {
+        let this = self.clone();
+        crate::turn::RunRecordedHook(Arc::new(move |thread, _run| {
+            let this = this.clone();
+            let thread = thread.as_str().to_owned();
+            Box::pin(async move { this.issue(&thread).await })
+        }))
+    }
+
+    async fn issue(&self, thread: &str) -> Vec<(String, String)> {
+        let Some(client) = &self.client else {
+            return Vec::new();
+        };
+        let request = RequestEnvelope::new(
+            "chat-agent-token",
+            contract::ours::AgentTokensIssue::NAME,
+            serde_json::json!({ "conversationId": thread }),
+        );
+        let issued = client
+            .rpc(&request, Self::CALL_TIMEOUT)
+            .await
+            .ok()
+            .and_then(|value| {
+                contract::decode_result::<contract::ours::AgentTokensIssue>(value).ok()
+            });
+        let Some(issued) = issued else {
+            tracing::debug!("no agent token from the local control plane");
+            return Vec::new();
+        };
+        *lock(&self.token_id) = Some(issued.token_id);
+        let mut env = vec![(AGENT_TOKEN_ENV.to_owned(), issued.token)];
+        env.extend(self.deepchat_dir.as_deref().and_then(path_with_first));
+        env
+    }
+
+    /// Revokes the issued token, if any (errors are ignored: the token also expires on its own).
+    pub async fn revoke(&self) {
+        let (Some(client), Some(token_id)) = (&self.client, lock(&self.token_id).take()) else {
+            return;
+        };
+        let request = RequestEnvelope::new(
+            "chat-agent-token",
+            contract::ours::AgentTokensRevoke::NAME,
+            serde_json::json!({ "tokenId": token_id }),
+        );
+        if client.rpc(&request, Self::CALL_TIMEOUT).await.is_err() {
+            tracing::debug!("agent token not revoked; it expires on its own");
+        }
+    }
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -696,6 +780,36 @@ impl ControlPlane {
             ours::RunsExportTranscript::NAME => {
                 let params = params::<ours::RunsExportTranscript>(p)?;
                 runs::export_transcript(self, ctx, caller, &request.id, &params).await
+            }
+            ours::AgentTokensIssue::NAME => {
+                let params = params::<ours::AgentTokensIssue>(p)?;
+                let issued = lock(&self.inner.tokens)
+                    .issue(
+                        IssueRequest::new(&params.conversation_id, AGENT_SCOPES.to_vec()),
+                        Instant::now(),
+                    )
+                    .map_err(|e| {
+                        error(
+                            ErrorCode::parse(e.code()).unwrap_or(ErrorCode::InvalidRequest),
+                            e.to_string(),
+                        )
+                    })?;
+                let ttl = issued
+                    .claims
+                    .expires_at()
+                    .saturating_duration_since(Instant::now());
+                result::<ours::AgentTokensIssue>(&ours::IssueAgentTokenResult {
+                    token: issued.token.expose().to_owned(),
+                    token_id: issued.claims.token_id().to_owned(),
+                    expires_at: now_ms()
+                        .saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+                    scopes: AGENT_SCOPES.iter().map(|s| s.as_str().to_owned()).collect(),
+                })
+            }
+            ours::AgentTokensRevoke::NAME => {
+                let params = params::<ours::AgentTokensRevoke>(p)?;
+                let revoked = lock(&self.inner.tokens).revoke(&params.token_id);
+                result::<ours::AgentTokensRevoke>(&ours::RevokeAgentTokenResult { revoked })
             }
             artifacts::Describe::NAME => {
                 let params = params::<artifacts::Describe>(p)?;

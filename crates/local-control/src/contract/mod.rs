@@ -45,11 +45,13 @@ pub const DEEPCHAT_METHODS: [&str; 13] = [
 ];
 
 /// Wire names of agentwire's additive methods ([`ours`]).
-pub const OUR_METHODS: [&str; 4] = [
+pub const OUR_METHODS: [&str; 6] = [
     "threads.list",
     "threads.get",
     "approvals.listPending",
     "runs.exportTranscript",
+    "agentTokens.issue",
+    "agentTokens.revoke",
 ];
 
 /// Largest integer JavaScript represents exactly (`Number.MAX_SAFE_INTEGER`); DeepChat bounds sizes by it.

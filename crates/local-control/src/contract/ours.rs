@@ -300,6 +300,88 @@ impl Method for RunsExportTranscript {
     type Result = ExportTranscriptResult;
 }
 
+/// Params of `agentTokens.issue` (ours): `{"conversationId":"th_3f9a0c1d2b4e5f60"}` — the thread whose agent gets the
+/// token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IssueAgentTokenParams {
+    /// The conversation (thread) the token is scoped to, 1..=128 characters.
+    pub conversation_id: String,
+}
+
+impl Validate for IssueAgentTokenParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("conversationId", &self.conversation_id, 1, 128)
+    }
+}
+
+/// Result of `agentTokens.issue`: `{"token":"<43 chars>","tokenId":"…","expiresAt":1764583200000,"scopes":[…]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IssueAgentTokenResult {
+    /// The secret, for the agent's `DEEPCHAT_CLI_AGENT_TOKEN`.
+    pub token: String,
+    /// Its public id, for `agentTokens.revoke`.
+    pub token_id: String,
+    /// Expiry, Unix ms.
+    pub expires_at: u64,
+    /// The scopes it carries (wire names).
+    pub scopes: Vec<String>,
+}
+
+impl Validate for IssueAgentTokenResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("token", &self.token, 1, 256)?;
+        check_len("tokenId", &self.token_id, 1, 128)
+    }
+}
+
+/// Params of `agentTokens.revoke` (ours): `{"tokenId":"…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevokeAgentTokenParams {
+    /// The id `agentTokens.issue` returned.
+    pub token_id: String,
+}
+
+impl Validate for RevokeAgentTokenParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("tokenId", &self.token_id, 1, 128)
+    }
+}
+
+/// Result of `agentTokens.revoke`: `{"revoked":true}` (`false`: already gone or expired).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeAgentTokenResult {
+    /// Whether a live token was revoked.
+    pub revoked: bool,
+}
+
+impl Validate for RevokeAgentTokenResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        Ok(())
+    }
+}
+
+/// `agentTokens.issue` (ours): [`IssueAgentTokenParams`] → [`IssueAgentTokenResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTokensIssue;
+impl Method for AgentTokensIssue {
+    const NAME: &'static str = "agentTokens.issue";
+    type Params = IssueAgentTokenParams;
+    type Result = IssueAgentTokenResult;
+}
+
+/// `agentTokens.revoke` (ours): [`RevokeAgentTokenParams`] → [`RevokeAgentTokenResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTokensRevoke;
+impl Method for AgentTokensRevoke {
+    const NAME: &'static str = "agentTokens.revoke";
+    type Params = RevokeAgentTokenParams;
+    type Result = RevokeAgentTokenResult;
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::decode_params;
