@@ -18,7 +18,6 @@ use agentwire_host::tasks::{
 use agentwire_host::{Store, StoreError, paths};
 use agentwire_local_control::server::{Server, ServerConfig};
 use agentwire_process::CancellationToken;
-use tokio::io::AsyncBufReadExt;
 
 use crate::Failure;
 use crate::cli::ServeArgs;
@@ -223,7 +222,9 @@ fn describe(approval: &ApprovalSnapshot) -> String {
 /// The terminal renderer: shows the oldest pending approval and takes `y` (allow) or anything else (deny) from
 /// stdin, one line per approval.
 async fn approvals_console(mut renderer: Renderer, shutdown: CancellationToken) {
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    // Stdin is read on a plain thread: a read blocked in the terminal must not hold the runtime (and so the
+    // process) open after shutdown, as tokio's stdin reader would.
+    let mut lines = stdin_lines();
     let mut shown: Option<ApprovalSnapshot> = None;
     loop {
         if shown.is_none()
@@ -245,8 +246,8 @@ async fn approvals_console(mut renderer: Renderer, shutdown: CancellationToken) 
                 }
                 Some(_) => {}
             },
-            line = lines.next_line() => {
-                let Ok(Some(line)) = line else {
+            line = lines.recv() => {
+                let Some(line) = line else {
                     // stdin closed: nobody can answer here any more; detaching denies what is pending.
                     eprintln!("awp-host: approvals console closed (stdin ended)");
                     return;
@@ -273,6 +274,45 @@ async fn approvals_console(mut renderer: Renderer, shutdown: CancellationToken) 
             }
         }
     }
+}
+
+/// Lines of stdin, read by a detached thread (bounded to 4 KiB a line; longer lines are cut); the channel closes at
+/// EOF or on a read error.
+fn stdin_lines() -> tokio::sync::mpsc::Receiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let spawned = std::thread::Builder::new()
+        .name("approvals-console".to_owned())
+        .spawn(move || {
+            use std::io::{BufRead, Read};
+            let mut stdin = std::io::stdin().lock();
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match std::io::Read::by_ref(&mut stdin)
+                    .take(4096)
+                    .read_until(b'\n', &mut line)
+                {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if !line.ends_with(b"\n") && line.len() == 4096 {
+                            // Skip the rest of an over-long line.
+                            let mut rest = Vec::new();
+                            if stdin.read_until(b'\n', &mut rest).is_err() {
+                                return;
+                            }
+                        }
+                        let text = String::from_utf8_lossy(&line).into_owned();
+                        if tx.blocking_send(text).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    if spawned.is_err() {
+        eprintln!("awp-host: the approvals console could not read stdin");
+    }
+    rx
 }
 
 /// Cancels `shutdown` at the first SIGINT, SIGTERM or SIGHUP (as `chat` treats them alike).

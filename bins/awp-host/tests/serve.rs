@@ -343,6 +343,15 @@ async fn agents_launched_by_serve_find_deepchat_first_on_path_and_a_bad_agent_to
         "{echoed}"
     );
 
+    let run = start_run(&host, "fx", "env:AWP_HOST_DATA_DIR").await;
+    deepchat(&host, &["run", "watch", "--run", &run, "--jsonl"]).await;
+    let snapshot = ok_result(&deepchat(&host, &["run", "get", "--run", &run, "--json"]).await);
+    assert_eq!(
+        snapshot["messages"][1]["text"],
+        format!("echo: env:AWP_HOST_DATA_DIR={}", host.data.display()),
+        "the agent's deepchat finds this host whatever its data dir"
+    );
+
     let bad = deepchat_env(
         &host,
         &["system", "status", "--json"],
@@ -402,4 +411,18 @@ async fn a_chat_turn_gets_a_token_from_a_running_serve_that_is_revoked_when_the_
         "revoked when the chat turn ended: {revoked:?}"
     );
     assert_eq!(server.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_serve_while_the_approvals_console_waits_on_an_open_stdin() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let server = serve(&host, &["--console", "on"]).await;
+    // stdin stays open (nothing typed): the console's read must not keep the process alive.
+    let pid = rustix::process::Pid::from_raw(server.child.id().expect("pid") as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("send SIGTERM");
+    let status = tokio::time::timeout(RUN_TIMEOUT, server.child.wait())
+        .await
+        .expect("serve exits without input on the console");
+    assert_eq!(status.code_or_signal(), 0);
 }

@@ -306,8 +306,20 @@ fn agent_env(
         }
         Err(e) => tracing::warn!(code = e.code(), "no agent token for the run"),
     }
+    env.push(data_dir_env(&inner.data_dir));
     env.extend(deepchat_dir.and_then(path_with_first));
     env
+}
+
+/// `("AWP_HOST_DATA_DIR", dir)`: where the agent's `deepchat` finds this host's descriptor (whatever data dir the
+/// host runs with).
+pub fn data_dir_env(dir: &Path) -> (String, String) {
+    // Absolute: the agent may run in another directory (`projectDir`).
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    (
+        "AWP_HOST_DATA_DIR".to_owned(),
+        dir.to_string_lossy().into_owned(),
+    )
 }
 
 /// `("PATH", dir + this process's PATH)`: how an agent finds the `deepchat` binary next to the host's.
@@ -326,6 +338,7 @@ pub fn path_with_first(dir: &Path) -> Option<(String, String)> {
 #[derive(Debug, Clone)]
 pub struct ChatAgentToken {
     client: Option<agentwire_local_control::client::Client>,
+    data_dir: PathBuf,
     deepchat_dir: Option<PathBuf>,
     token_id: Arc<Mutex<Option<String>>>,
 }
@@ -344,6 +357,7 @@ impl ChatAgentToken {
             });
         ChatAgentToken {
             client,
+            data_dir: data_dir.to_path_buf(),
             deepchat_dir,
             token_id: Arc::default(),
         }
@@ -381,7 +395,10 @@ impl ChatAgentToken {
             return Vec::new();
         };
         *lock(&self.token_id) = Some(issued.token_id);
-        let mut env = vec![(AGENT_TOKEN_ENV.to_owned(), issued.token)];
+        let mut env = vec![
+            (AGENT_TOKEN_ENV.to_owned(), issued.token),
+            data_dir_env(&self.data_dir),
+        ];
         env.extend(self.deepchat_dir.as_deref().and_then(path_with_first));
         env
     }
