@@ -139,6 +139,9 @@ pub fn result(method: &str, result: &Value) -> String {
             if !s(result, "title").is_empty() {
                 let _ = writeln!(out, "Title: {}", s(result, "title"));
             }
+            if !s(result, "stopReason").is_empty() {
+                let _ = writeln!(out, "Stopped: {}", s(result, "stopReason"));
+            }
             messages(&mut out, result);
         }
         "runs.cancel" => {
@@ -156,6 +159,9 @@ pub fn result(method: &str, result: &Value) -> String {
             );
         }
         "events.subscribe" => {
+            if !s(result, "stopReason").is_empty() {
+                let _ = writeln!(out, "Run stopped: {}", s(result, "stopReason"));
+            }
             let _ = writeln!(out, "Resume with: --cursor {}", s(result, "lastCursor"));
         }
         "artifacts.describe" | "artifacts.read" | "runs.exportTranscript" => {

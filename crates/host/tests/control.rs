@@ -162,6 +162,7 @@ async fn a_detached_run_streams_its_events_to_the_end_and_is_stored() {
     let last = records.last().unwrap();
     assert_eq!(last.data["status"], "idle");
     let result = contract::decode_result::<contract::runs::Subscribe>(result).expect("strict");
+    assert_eq!(result.stop_reason.as_deref(), Some("completed"));
     assert_eq!(
         Some(result.last_cursor.as_str()),
         last.cursor.as_ref().map(|c| c.as_str())
@@ -198,6 +199,13 @@ async fn cancel_is_idempotent_and_ends_a_live_run_cancelled() {
     let store = Store::open(&host.data).unwrap();
     let stored = store.run(&RunId::parse(&run).unwrap()).unwrap().unwrap();
     assert_eq!(stored.status, RunStatus::Cancelled);
+    let snapshot = call(&host.human, "runs.get", json!({"runId": run}))
+        .await
+        .unwrap();
+    assert_eq!(
+        snapshot["stopReason"], "cancelled",
+        "a cancelled run says so: {snapshot}"
+    );
     assert_eq!(
         code(
             call(

@@ -316,6 +316,21 @@ fn ms(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
+/// Why a stored run stopped: `completed`, `cancelled`, or its failure code; `None` while it runs.
+fn stop_reason(run: &RunRecord) -> Option<String> {
+    match run.status {
+        RunStatus::Running => None,
+        RunStatus::Succeeded => Some("completed".to_owned()),
+        RunStatus::Cancelled => Some("cancelled".to_owned()),
+        RunStatus::Failed | RunStatus::Interrupted => Some(
+            run.error_code
+                .clone()
+                .filter(|code| !code.is_empty() && code.len() <= 128)
+                .unwrap_or_else(|| run.status.as_str().to_owned()),
+        ),
+    }
+}
+
 /// DeepChat's session status and phase of a stored run.
 fn status_of(run: &RunRecord) -> (SessionStatus, RunPhase) {
     match run.status {
@@ -444,6 +459,7 @@ fn snapshot(
         messages,
         next_cursor,
         has_more,
+        stop_reason: stop_reason(run),
     })
 }
 
@@ -856,9 +872,12 @@ pub(super) async fn subscribe(
         .await?;
         if subscription.is_none() {
             // Ended, or run by another process: the snapshot is all this host can say.
+            let (status, _) = status_of(&run_now);
             return result::<wire::Subscribe>(&wire::SubscribeResult {
                 run_id,
                 last_cursor: last_cursor.as_str().to_owned(),
+                status: Some(status),
+                stop_reason: stop_reason(&run_now),
             });
         }
     }
@@ -896,8 +915,16 @@ pub(super) async fn subscribe(
             }
         }
     }
+    // The run's end is recorded before its terminal event is published, so the store has it now.
+    let ended = open_store(plane)?
+        .run(&run.id)
+        .map_err(|e| store_error(&e))?
+        .unwrap_or(run);
+    let (status, _) = status_of(&ended);
     result::<wire::Subscribe>(&wire::SubscribeResult {
         run_id,
         last_cursor: last_cursor.as_str().to_owned(),
+        status: Some(status),
+        stop_reason: stop_reason(&ended),
     })
 }

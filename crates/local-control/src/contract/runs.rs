@@ -393,10 +393,21 @@ pub struct RunSnapshot {
     pub next_cursor: Option<MessagePageCursor>,
     /// True when older messages exist.
     pub has_more: bool,
+    /// Why a terminal run stopped (`PublicRunStopReasonSchema`, 1..=128 characters), absent while it runs.
+    /// This host says `completed`, `cancelled`, or the failure's code (`agent_exited_mid_turn`, `host_interrupted`…).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub stop_reason: Option<String>,
 }
 
 impl Validate for RunSnapshot {
     fn validate(&self) -> Result<(), ContractError> {
+        if let Some(reason) = &self.stop_reason {
+            check_len("stopReason", reason, 1, 128)?;
+        }
         check_run_id("runId", &self.run_id)?;
         check_entity("sessionId", &self.session_id)?;
         check_entity("agentId", &self.agent_id)?;
@@ -488,6 +499,20 @@ pub struct SubscribeResult {
     pub run_id: String,
     /// Cursor of the last event sent; resume from it.
     pub last_cursor: String,
+    /// The run's state when the stream ended (DeepChat: optional).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub status: Option<SessionStatus>,
+    /// Why the run stopped, when it is terminal (DeepChat: optional).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub stop_reason: Option<String>,
 }
 
 impl Validate for SubscribeResult {
