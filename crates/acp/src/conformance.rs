@@ -43,7 +43,6 @@ use agentwire_jsonl::{Frame, JsonlDecoder, Limits};
 use agentwire_jsonrpc::{CallError, ErrorCode};
 use agentwire_process::{Command, StdoutItem, StopPlan};
 use bytes::BytesMut;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -55,45 +54,16 @@ use crate::schema::{
 };
 use crate::update::Update;
 
-/// How strict a rule is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// A protocol requirement: a failure fails the check.
-    Must,
-    /// A recommendation: reported, never fails the check.
-    Should,
-}
-
-/// One rule of the check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    /// Stable snake_case id, e.g. `initialize_answers_integer_version`.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// One line: what a conforming agent does.
-    pub description: &'static str,
-    /// The spec section the rule checks: `Page § Section <URL>` on agentclientprotocol.com (v1).
-    pub spec: &'static str,
-}
+pub use agentwire_conformance::{
+    CheckReport, Counts, Outcome, Rule, RuleResult, Severity, SkipPolicy, Summary,
+};
 
 const fn must(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Must,
-        description,
-        spec,
-    }
+    Rule::must(id, description).with_spec(spec)
 }
 
 const fn should(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Should,
-        description,
-        spec,
-    }
+    Rule::should(id, description).with_spec(spec)
 }
 
 const TRANSPORT: &str = "Transports § stdio <https://agentclientprotocol.com/protocol/transports>";
@@ -208,124 +178,6 @@ pub const RULES: &[Rule] = &[
         "Authentication § Logout <https://agentclientprotocol.com/protocol/initialization#authentication>",
     ),
 ];
-
-/// The verdict of one rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The rule held.
-    Pass,
-    /// The rule was broken; `evidence` says where (bounded).
-    Fail {
-        /// At most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
-        evidence: String,
-    },
-    /// The rule could not be judged.
-    Skipped {
-        /// Why.
-        why: String,
-    },
-}
-
-/// One line of the report: `{"id":"stdout_only_jsonrpc","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuleResult {
-    /// The rule id.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// What the rule requires.
-    pub description: &'static str,
-    /// The spec section it checks.
-    pub spec: &'static str,
-    /// The verdict.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// The verdicts of every rule, in [`RULES`] order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct CheckReport {
-    /// One result per rule.
-    pub rules: Vec<RuleResult>,
-}
-
-impl CheckReport {
-    /// True when no [`Severity::Must`] rule failed. A skipped must rule does not fail the check (the cancel rule is
-    /// skipped for agents whose turns end before a cancel can reach them).
-    pub fn passed(&self) -> bool {
-        self.rules.iter().all(|rule| {
-            rule.severity == Severity::Should || !matches!(rule.outcome, Outcome::Fail { .. })
-        })
-    }
-
-    /// The result of rule `id`.
-    pub fn get(&self, id: &str) -> Option<&RuleResult> {
-        self.rules.iter().find(|rule| rule.id == id)
-    }
-
-    /// The ids of the failed rules (must and should).
-    pub fn failed_ids(&self) -> Vec<&'static str> {
-        self.rules
-            .iter()
-            .filter(|rule| matches!(rule.outcome, Outcome::Fail { .. }))
-            .map(|rule| rule.id)
-            .collect()
-    }
-
-    /// One `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, then a summary line.
-    pub fn render_text(&self) -> String {
-        let width = self
-            .rules
-            .iter()
-            .map(|rule| rule.id.len())
-            .max()
-            .unwrap_or(0);
-        let mut out = String::new();
-        for rule in &self.rules {
-            let (tag, detail) = match (&rule.outcome, rule.severity) {
-                (Outcome::Pass, _) => ("PASS", None),
-                (Outcome::Fail { evidence }, Severity::Must) => {
-                    ("FAIL", Some(("evidence", evidence)))
-                }
-                (Outcome::Fail { evidence }, Severity::Should) => {
-                    ("WARN", Some(("evidence", evidence)))
-                }
-                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
-            };
-            out.push_str(&format!(
-                "{tag}  {:<width$}  {}\n",
-                rule.id, rule.description
-            ));
-            if let Some((label, text)) = detail {
-                out.push_str(&format!("      {label}: {text}\n"));
-                out.push_str(&format!("      spec: {}\n", rule.spec));
-            }
-        }
-        let required = self
-            .rules
-            .iter()
-            .filter(|rule| rule.severity == Severity::Must)
-            .count();
-        let failed = self
-            .rules
-            .iter()
-            .filter(|rule| {
-                rule.severity == Severity::Must && matches!(rule.outcome, Outcome::Fail { .. })
-            })
-            .count();
-        let verdict = if self.passed() {
-            "conformant"
-        } else {
-            "not conformant"
-        };
-        out.push_str(&format!(
-            "{verdict}: {} of {required} required rules not failed\n",
-            required - failed
-        ));
-        out
-    }
-}
 
 /// Bounds and timeouts of a check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -536,17 +388,14 @@ impl RuleBook {
         let rules = RULES
             .iter()
             .zip(self.outcomes)
-            .map(|(rule, outcome)| RuleResult {
-                id: rule.id,
-                severity: rule.severity,
-                description: rule.description,
-                spec: rule.spec,
-                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+            .map(|(rule, outcome)| {
+                let outcome = outcome.unwrap_or_else(|| Outcome::Skipped {
                     why: why.to_owned(),
-                }),
+                });
+                RuleResult::new(rule, outcome)
             })
             .collect();
-        CheckReport { rules }
+        CheckReport::new(rules, SkipPolicy::RequiredSkipAllowed)
     }
 }
 

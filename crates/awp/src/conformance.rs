@@ -45,7 +45,6 @@ use std::time::Duration;
 use agentwire_jsonl::{Frame, JsonlDecoder};
 use agentwire_process::{Child, Command, ExitStatus, Stdout, StdoutItem, StopPlan};
 use bytes::BytesMut;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -56,41 +55,16 @@ use crate::{
     codes, user_line,
 };
 
-/// How strict a rule is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// A protocol requirement: a failure fails the check (exit code non-zero).
-    Must,
-    /// A recommendation: a failure is reported as a warning and does not fail the check.
-    Should,
-}
-
-/// One rule of the check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    /// Stable snake_case id, e.g. `no_output_before_input`.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// One line: what a conforming agent does.
-    pub description: &'static str,
-}
+pub use agentwire_conformance::{
+    CheckReport, Counts, Outcome, Rule, RuleResult, Severity, SkipPolicy, Summary,
+};
 
 const fn must(id: &'static str, description: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Must,
-        description,
-    }
+    Rule::must(id, description)
 }
 
 const fn should(id: &'static str, description: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Should,
-        description,
-    }
+    Rule::should(id, description)
 }
 
 /// Every rule, in report order.
@@ -143,117 +117,6 @@ pub const RULES: &[Rule] = &[
     ),
     should("terminal_has_usage", "every terminal event carries usage"),
 ];
-
-/// The verdict of one rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The rule held.
-    Pass,
-    /// The rule was broken; `evidence` names where (bounded, e.g. the first offending line).
-    Fail {
-        /// Where and how, at most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
-        evidence: String,
-    },
-    /// The rule could not be judged (an earlier step failed).
-    Skipped {
-        /// Why.
-        why: String,
-    },
-}
-
-/// One line of the report: `{"id":"stdout_only_json","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuleResult {
-    /// The rule id.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// What the rule requires.
-    pub description: &'static str,
-    /// The verdict.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// The verdicts of every rule, in [`RULES`] order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct CheckReport {
-    /// One result per rule.
-    pub rules: Vec<RuleResult>,
-}
-
-impl CheckReport {
-    /// True when no [`Severity::Must`] rule failed or was skipped (`awp-host check` exits 0 only then).
-    pub fn passed(&self) -> bool {
-        self.rules
-            .iter()
-            .all(|r| r.severity == Severity::Should || r.outcome == Outcome::Pass)
-    }
-
-    /// The result of rule `id`.
-    pub fn get(&self, id: &str) -> Option<&RuleResult> {
-        self.rules.iter().find(|r| r.id == id)
-    }
-
-    /// The ids of the failed rules (must and should).
-    pub fn failed_ids(&self) -> Vec<&'static str> {
-        self.rules
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Fail { .. }))
-            .map(|r| r.id)
-            .collect()
-    }
-
-    /// Human-readable report: one `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, and a
-    /// summary line. Output quoted from the agent is escaped (no control characters reach the terminal).
-    pub fn render_text(&self) -> String {
-        let width = self.rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
-        let mut out = String::new();
-        for rule in &self.rules {
-            let (tag, detail) = match (&rule.outcome, rule.severity) {
-                (Outcome::Pass, _) => ("PASS", None),
-                (Outcome::Fail { evidence }, Severity::Must) => {
-                    ("FAIL", Some(("evidence", evidence)))
-                }
-                (Outcome::Fail { evidence }, Severity::Should) => {
-                    ("WARN", Some(("evidence", evidence)))
-                }
-                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
-            };
-            out.push_str(&format!(
-                "{tag}  {:<width$}  {}\n",
-                rule.id, rule.description
-            ));
-            if let Some((label, text)) = detail {
-                out.push_str(&format!("      {label}: {text}\n"));
-            }
-        }
-        let failed = self
-            .rules
-            .iter()
-            .filter(|r| r.severity == Severity::Must && r.outcome != Outcome::Pass)
-            .count();
-        out.push_str(&format!(
-            "{}: {} of {} required rules passed\n",
-            if self.passed() {
-                "conformant"
-            } else {
-                "not conformant"
-            },
-            self.rules
-                .iter()
-                .filter(|r| r.severity == Severity::Must)
-                .count()
-                - failed,
-            self.rules
-                .iter()
-                .filter(|r| r.severity == Severity::Must)
-                .count(),
-        ));
-        out
-    }
-}
 
 /// Bounds and timeouts of a check. Every field documents its default and what happens on overflow.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -625,16 +488,14 @@ impl RuleBook {
         let rules = RULES
             .iter()
             .zip(self.outcomes)
-            .map(|(rule, outcome)| RuleResult {
-                id: rule.id,
-                severity: rule.severity,
-                description: rule.description,
-                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+            .map(|(rule, outcome)| {
+                let outcome = outcome.unwrap_or_else(|| Outcome::Skipped {
                     why: why_unjudged.to_owned(),
-                }),
+                });
+                RuleResult::new(rule, outcome)
             })
             .collect();
-        CheckReport { rules }
+        CheckReport::new(rules, SkipPolicy::RequiredSkipFails)
     }
 }
 
@@ -1377,7 +1238,9 @@ mod tests {
         let text = report.render_text();
         assert!(text.contains("WARN  init_first"), "{text}");
         assert!(
-            text.contains("conformant: 12 of 12 required rules passed"),
+            text.contains(
+                "conformant: required rules 12 passed, 0 failed, 0 skipped; optional rules 1 passed, 1 failed, 0 skipped"
+            ),
             "{text}"
         );
         assert_eq!(
