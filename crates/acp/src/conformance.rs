@@ -278,6 +278,8 @@ pub fn quote(text: &str, max: usize) -> String {
 pub struct RuleBook {
     outcomes: Vec<Option<Outcome>>,
     max_evidence_bytes: usize,
+    /// `session/update` notifications observed (the update rules are exercised only when there was one).
+    updates_seen: u64,
 }
 
 impl RuleBook {
@@ -286,6 +288,7 @@ impl RuleBook {
         RuleBook {
             outcomes: vec![None; RULES.len()],
             max_evidence_bytes,
+            updates_seen: 0,
         }
     }
 
@@ -372,6 +375,7 @@ impl RuleBook {
 
     /// Judges one update of `session`.
     pub fn observe_update(&mut self, update: &Update) {
+        self.updates_seen += 1;
         if let Update::Raw { kind, error, .. } = update {
             let kind = kind
                 .clone()
@@ -797,10 +801,20 @@ async fn script(
             "updates_reference_session",
             "updates named a session that was not created".to_owned(),
         );
+    } else if book(shared).updates_seen == 0 {
+        // Nothing to judge: a pass would claim what was never exercised.
+        book(shared).skip(
+            "updates_reference_session",
+            "the agent sent no session/update",
+        );
     } else {
         book(shared).pass("updates_reference_session");
     }
-    book(shared).pass("updates_parse");
+    if book(shared).updates_seen == 0 {
+        book(shared).skip("updates_parse", "the agent sent no session/update");
+    } else {
+        book(shared).pass("updates_parse");
+    }
     session_methods(client, session, plan, shared).await;
     None
 }
@@ -1363,6 +1377,18 @@ mod tests {
             outcome_of(book, "client_capabilities_respected"),
             "skip: unjudged"
         );
+    }
+
+    #[test]
+    fn updates_seen_are_counted_for_the_update_rules() {
+        let mut book = RuleBook::new(10);
+        assert_eq!(book.updates_seen, 0);
+        let update = Update::from_value(serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "hi"}
+        }));
+        book.observe_update(&update);
+        assert_eq!(book.updates_seen, 1);
     }
 
     #[test]

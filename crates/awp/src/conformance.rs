@@ -228,6 +228,12 @@ pub struct RuleBook {
     process_label: &'static str,
     saw_event_in_turn_1: bool,
     reported_id_in_turn_1: bool,
+    /// Stdout lines observed over all processes (the per-line rules are exercised only when there was one).
+    lines_seen: u64,
+    /// Session ids observed over all processes (`valid_session_id` is exercised only when there was one).
+    ids_seen: u64,
+    /// The first turn that did not end on its own (its success could not be judged), for `turn_succeeds`.
+    unfinished_turn: Option<String>,
 }
 
 impl RuleBook {
@@ -241,6 +247,9 @@ impl RuleBook {
             process_label: "",
             saw_event_in_turn_1: false,
             reported_id_in_turn_1: false,
+            lines_seen: 0,
+            ids_seen: 0,
+            unfinished_turn: None,
         }
     }
 
@@ -279,10 +288,39 @@ impl RuleBook {
         }
     }
 
-    /// Passes the per-line rules that saw no violation (call once all output was observed).
+    /// Marks rule `id` as not exercised: a pass becomes a skip with `why` (a failure stays). For a rule whose
+    /// earlier pass no longer holds for the whole script (e.g. `turn_succeeds` when a later turn died).
+    pub fn unexercised(&mut self, id: &str, why: &str) {
+        if let Some(slot) = self.slot(id)
+            && !matches!(slot, Some(Outcome::Fail { .. }))
+        {
+            *slot = Some(Outcome::Skipped {
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// Judges the rules that need all output (call once all output was observed): the per-line rules pass when
+    /// lines were seen without a violation and are skipped when the agent wrote no line; `valid_session_id` passes
+    /// only when an id was reported.
     pub fn observations_complete(&mut self) {
-        for id in ["stdout_only_json", "line_within_limit", "valid_session_id"] {
-            self.pass(id);
+        for id in ["stdout_only_json", "line_within_limit"] {
+            if self.lines_seen == 0 {
+                self.skip(id, "the agent wrote no stdout line");
+            } else {
+                self.pass(id);
+            }
+        }
+        if self.ids_seen == 0 {
+            self.skip("valid_session_id", "no session id was reported");
+        } else {
+            self.pass("valid_session_id");
+        }
+    }
+
+    fn turn_unfinished(&mut self, at: &str) {
+        if self.unfinished_turn.is_none() {
+            self.unfinished_turn = Some(at.to_owned());
         }
     }
 
@@ -304,6 +342,7 @@ impl RuleBook {
     /// Judges one stdout frame that arrived at `stage`.
     pub fn observe_frame(&mut self, stage: Stage, frame: &Frame) {
         self.line_number += 1;
+        self.lines_seen += 1;
         let at = self.location(stage);
         if stage == Stage::BeforeInput {
             let shown = self.show_frame(frame);
@@ -351,6 +390,7 @@ impl RuleBook {
         if (is_init || event_type == "result")
             && let Some(id) = value.get("session_id").filter(|v| !v.is_null())
         {
+            self.ids_seen += 1;
             let valid = id.as_str().is_some_and(|s| SessionId::new(s).is_ok());
             if !valid {
                 let shown = self.show(bytes);
@@ -398,6 +438,7 @@ impl RuleBook {
                 self.pass("turn_succeeds");
             }
             Some(codes::AGENT_EXITED_MID_TURN | codes::AGENT_IDLE_TIMEOUT) => {
+                self.turn_unfinished(&at);
                 let detail = status_detail(outcome);
                 self.fail(
                     "one_terminal_per_turn",
@@ -406,7 +447,10 @@ impl RuleBook {
                 return;
             }
             // The line itself fails `line_within_limit`; the turn had no chance to end on its own.
-            Some(codes::STDOUT_LINE_TOO_LONG) => return,
+            Some(codes::STDOUT_LINE_TOO_LONG) => {
+                self.turn_unfinished(&at);
+                return;
+            }
             Some(code) => {
                 let detail = status_detail(outcome);
                 self.fail(
@@ -429,6 +473,7 @@ impl RuleBook {
     /// Judges a turn that got no terminal event within the turn timeout.
     pub fn turn_unanswered(&mut self, stage: Stage, timeout: Duration, last_line: Option<&[u8]>) {
         let at = format!("{}{}", self.process_label, stage.label());
+        self.turn_unfinished(&at);
         let shown = last_line
             .map(|l| self.show(l))
             .unwrap_or_else(|| "no output".to_owned());
@@ -484,7 +529,16 @@ impl RuleBook {
 
     /// The report: every rule keeps its verdict; rules never judged are reported as skipped with
     /// `why_unjudged`.
-    pub fn finish(self, why_unjudged: &str) -> CheckReport {
+    ///
+    /// `turn_succeeds` is reported skipped when any turn did not end on its own (a pass of another turn does not
+    /// stand for it).
+    pub fn finish(mut self, why_unjudged: &str) -> CheckReport {
+        if let Some(turn) = self.unfinished_turn.take() {
+            self.unexercised(
+                "turn_succeeds",
+                &format!("{turn} did not end (see one_terminal_per_turn)"),
+            );
+        }
         let rules = RULES
             .iter()
             .zip(self.outcomes)
@@ -1102,6 +1156,81 @@ mod tests {
             "init_first",
             None,
         );
+    }
+
+    #[test]
+    fn rules_that_could_not_be_exercised_are_skipped_not_passed() {
+        // No session id anywhere: valid_session_id is skipped (session_id_reported fails).
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observe_frame(
+            Stage::Turn(1),
+            &json(r#"{"type":"result","subtype":"success"}"#),
+        );
+        book.first_turn_done();
+        book.observations_complete();
+        assert_eq!(
+            verdict(book, "valid_session_id"),
+            Outcome::Skipped {
+                why: "no session id was reported".into()
+            }
+        );
+        // One id seen: exercised and held.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observe_frame(Stage::Turn(1), &json(RESULT));
+        book.observations_complete();
+        assert_eq!(verdict(book, "valid_session_id"), Outcome::Pass);
+        // No stdout at all: the per-line rules are skipped.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observations_complete();
+        let report = book.finish("x");
+        for id in ["stdout_only_json", "line_within_limit"] {
+            assert_eq!(
+                report.get(id).map(|r| r.outcome.clone()),
+                Some(Outcome::Skipped {
+                    why: "the agent wrote no stdout line".into()
+                }),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn turn_succeeds_is_skipped_when_a_later_turn_died() {
+        let success = TurnOutcome::new(crate::TurnStatus::Success);
+        let died = TurnOutcome::new(crate::TurnStatus::Failed {
+            code: codes::AGENT_EXITED_MID_TURN.into(),
+            detail: Some("exit code 3".into()),
+        });
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_completed(Stage::Turn(2), &died, None);
+        book.turn_completed(Stage::ResumedTurn, &success, None);
+        assert_eq!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Skipped {
+                why: "turn 2 did not end (see one_terminal_per_turn)".into()
+            }
+        );
+        // An unanswered turn counts the same; a failure already seen stays a failure.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_unanswered(Stage::Turn(2), Duration::from_secs(1), None);
+        assert!(matches!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Skipped { .. }
+        ));
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.fail("turn_succeeds", "turn 1: failed".into());
+        book.turn_unanswered(Stage::Turn(2), Duration::from_secs(1), None);
+        assert!(matches!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Fail { .. }
+        ));
+        // Every turn ended: the pass stands.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_completed(Stage::Turn(2), &success, None);
+        assert_eq!(verdict(book, "turn_succeeds"), Outcome::Pass);
     }
 
     #[test]
