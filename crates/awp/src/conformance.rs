@@ -22,8 +22,13 @@
 //! stdout protocol-only, every line one JSON object with a string `type`, none over 4 MiB; a session id
 //! reported and every reported id valid (`[A-Za-z0-9._:-]{1,256}`); exactly one terminal event per accepted
 //! turn, the process staying alive for the next turn; exit on stdin EOF; `--resume <id>` accepted.
-//! Two rules are recommendations (severity [`Severity::Should`]: reported, never fail the check): `init` as
-//! the first event of the first turn, and `usage` on every terminal event.
+//! Two rules are recommendations (severity [`Severity::Should`], labelled `optional`: reported, never fail the
+//! check): `init` as the first event of the first turn, and `usage` on every terminal event.
+//!
+//! A rule passes only when the script exercised it ([`RuleBook::observations_complete`], [`RuleBook::finish`]):
+//! `valid_session_id` without any reported id, the per-line rules without any stdout line, and `turn_succeeds` when
+//! any turn did not end on its own are `skipped`; a skipped required rule fails the check
+//! ([`SkipPolicy::RequiredSkipFails`]).
 //!
 //! Deliberately not checked: how unsupported content blocks are handled (the protocol allows rejecting them
 //! *or* a documented fallback, which a black-box check cannot tell apart), stderr content, and the Windows
@@ -33,9 +38,11 @@
 //! Output looks like:
 //!
 //! ```text
-//! PASS  no_output_before_input   the agent writes nothing to stdout before its first input line
-//! FAIL  stdout_only_json         every stdout line is one JSON object with a string "type"
+//! PASS  no_output_before_input    required  the agent writes nothing to stdout before its first input line
+//! FAIL  stdout_only_json          required  every stdout line is one JSON object with a string "type"
 //!       evidence: turn 1, stdout line 1: Welcome to fixture-agent v0.0.0 (not JSON) (not a JSON line)
+//! …
+//! not conformant: required rules 11 passed, 1 failed, 0 skipped; optional rules 2 passed, 0 failed, 0 skipped
 //! ```
 
 use std::collections::VecDeque;
