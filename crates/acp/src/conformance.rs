@@ -280,6 +280,8 @@ pub struct RuleBook {
     max_evidence_bytes: usize,
     /// `session/update` notifications observed (the update rules are exercised only when there was one).
     updates_seen: u64,
+    /// Stdout lines observed (`stdout_only_jsonrpc` is exercised only when there was one).
+    lines_seen: u64,
 }
 
 impl RuleBook {
@@ -289,6 +291,7 @@ impl RuleBook {
             outcomes: vec![None; RULES.len()],
             max_evidence_bytes,
             updates_seen: 0,
+            lines_seen: 0,
         }
     }
 
@@ -329,6 +332,7 @@ impl RuleBook {
     /// Judges one stdout line (`Frame` from agentwire-jsonl): `stdout_only_jsonrpc` fails on the first line that
     /// is not a JSON-RPC 2.0 message.
     pub fn observe_line(&mut self, line_number: u64, frame: &Frame) {
+        self.lines_seen += 1;
         let problem = match frame {
             Frame::Json(bytes) => match serde_json::from_slice::<Value>(bytes) {
                 Ok(Value::Object(object)) if object.get("jsonrpc") == Some(&Value::from("2.0")) => {
@@ -693,7 +697,11 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
     watch(&replay).judge(&mut book);
     // Unless a violation was seen on the wire (RuleBook::observe_agent_message).
     book.pass("client_capabilities_respected");
-    book.pass("stdout_only_jsonrpc");
+    if book.lines_seen == 0 {
+        book.skip("stdout_only_jsonrpc", "the agent wrote no stdout line");
+    } else {
+        book.pass("stdout_only_jsonrpc");
+    }
     std::mem::replace(&mut *book, RuleBook::new(0)).finish(why.as_deref().unwrap_or("not reached"))
 }
 
@@ -1389,6 +1397,9 @@ mod tests {
         }));
         book.observe_update(&update);
         assert_eq!(book.updates_seen, 1);
+        assert_eq!(book.lines_seen, 0);
+        book.observe_line(1, &json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert_eq!(book.lines_seen, 1);
     }
 
     #[test]
