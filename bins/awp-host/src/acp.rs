@@ -128,16 +128,32 @@ fn ask(request: &RequestPermissionRequest) -> Option<RequestPermissionOutcome> {
     choice(&request.options, &line)
 }
 
-/// `awp-host check --protocol acp -- CMD ARGS…`: the ACP conformance report, exit 0 / 3 / 8 as the AWP check.
+/// `awp-host check --protocol acp -- CMD ARGS…` (or `--agent NAME` of an ACP agent): the ACP conformance report of
+/// `launch`'s executable, arguments and env, exit 0 / 3 / 8 as the AWP check. `timeout` bounds each answer
+/// (default [`agentwire_acp::conformance::CheckLimits::step_timeout`]); `max_line_bytes` is the agent's configured
+/// line limit.
 ///
 /// # Errors
 /// A [`Failure`] with exit 3 when the agent cannot be spawned, 8 when a must rule fails.
 pub async fn check(
-    program: std::path::PathBuf,
-    args: &[String],
+    launch: &agentwire_awp::LaunchConfig,
+    timeout: Option<std::time::Duration>,
+    max_line_bytes: Option<usize>,
     json: bool,
 ) -> Result<Exit, Failure> {
-    let report = run_check(CheckPlan::new(program, args.iter().cloned())).await;
+    let mut plan = CheckPlan::new(&launch.executable, launch.prefix_args.iter().cloned());
+    plan.env = launch
+        .env
+        .iter()
+        .map(|(key, value)| (key.into(), value.into()))
+        .collect();
+    if let Some(timeout) = timeout {
+        plan.limits.step_timeout = timeout;
+    }
+    if let Some(max_line_bytes) = max_line_bytes {
+        plan.limits.max_line_bytes = max_line_bytes;
+    }
+    let report = run_check(plan).await;
     let text = if json {
         let value = serde_json::to_value(&report)
             .map_err(|e| Failure::from_error(Exit::Protocol, "internal", &e))?;

@@ -195,21 +195,37 @@ Examples:
   awp-host check --protocol stream-json -- /usr/local/bin/claude --permission-mode default
   awp-host check --json -- ./target/debug/awp-fixture --mode banner
   awp-host check --protocol acp -- ./target/debug/acp-fixture --mode echo
+  awp-host check --agent claude --timeout 5m         an agents.toml entry, with its protocol, args and env
+  awp-host check --env ANTHROPIC_API_KEY=sk-... -- /usr/local/bin/agent
 
-Prints each rule as PASS, FAIL, WARN (a recommendation not followed) or SKIP, with evidence.
-Exit 0 when every required rule passes, 8 when one fails or cannot be judged, 3 when the agent
-cannot be launched or started, 2 for usage errors. The agent gets the OS environment allowlist only.";
+Prints each rule as PASS, FAIL, WARN (an optional rule not followed) or SKIP (could not be exercised),
+labelled required or optional, with evidence; the last line counts passed / failed / skipped rules.
+Exit 0 when every required rule passes (AWP: none failed or skipped; ACP: none failed), 8 otherwise,
+3 when the agent cannot be launched or started, 2 for usage errors. The agent gets the OS environment
+allowlist, the configured agent's env (--agent) and every --env.";
 
 /// `check` arguments.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Protocol the agent speaks
+    /// Protocol the agent speaks (with --agent: the agent's own)
     #[arg(long, default_value = "awp-jsonl", value_parser = ["awp-jsonl", "stream-json", "acp"])]
     pub protocol: String,
-    /// Model to pass with --model on every launch [default: none]
+    /// Check the configured agent NAME (`awp-host agents list`): its executable, protocol, args, env and default
+    /// model, as `chat --agent NAME` launches it. Instead of `-- CMD ARGS…`
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["command", "protocol", "remote_api_opt_in"])]
+    pub agent: Option<String>,
+    /// An environment variable for the agent, K=V (repeatable; overrides the configured agent's value of K)
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Longest wait for one turn (awp-jsonl, stream-json) or one answer (acp), e.g. 30s or 5m
+    /// [default: 120s for AWP turns, 60s for ACP answers]
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
+    pub timeout: Option<Duration>,
+    /// Model to pass with --model on every launch [default: none; with --agent, the agent's default model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
-    /// Print the report as JSON (`{"rules":[{"id","severity","description","outcome",…}]}`)
+    /// Print the report as JSON (`{"rules":[{"id","severity","description","outcome",…}],"summary":{…},
+    /// "conformant":bool}`)
     #[arg(long)]
     pub json: bool,
     /// Allow non-loopback http(s) URLs in the command's arguments (also enabled by
@@ -218,8 +234,25 @@ pub struct CheckArgs {
     pub remote_api_opt_in: bool,
     /// The agent command after `--`: its executable (a relative path is taken from the current directory),
     /// then its arguments
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "agent", value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Longest `--env` entry, key and value together, in bytes.
+pub const MAX_ENV_ENTRY_BYTES: usize = 128 * 1024;
+
+/// `--env K=V`: a non-empty key without `=` or NUL, a value without NUL; at most [`MAX_ENV_ENTRY_BYTES`].
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    if text.len() > MAX_ENV_ENTRY_BYTES {
+        return Err(format!("longer than {MAX_ENV_ENTRY_BYTES} bytes"));
+    }
+    let Some((key, value)) = text.split_once('=') else {
+        return Err("expected K=V".to_owned());
+    };
+    if key.is_empty() || key.contains('\0') || value.contains('\0') {
+        return Err("expected K=V with a non-empty K and no NUL".to_owned());
+    }
+    Ok((key.to_owned(), value.to_owned()))
 }
 
 /// Shortest accepted `--idle-timeout`: anything shorter would time out turns spuriously.

@@ -36,7 +36,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Agents(AgentsCommand::List { json }) => {
             agents_list(cli.config_dir.as_deref(), json)
         }
-        Command::Check(args) => check(args).await,
+        Command::Check(args) => check(cli.config_dir.as_deref(), args).await,
         Command::Tools(cmd) => crate::tools::run(cmd).await,
         Command::Serve(args) => {
             crate::serve::serve(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
@@ -602,34 +602,67 @@ fn command_line_terms(evidence: &str) -> String {
     })
 }
 
-async fn check(args: CheckArgs) -> Result<Exit, Failure> {
+/// `awp-host check`: the agent from `-- CMD ARGS…` or `--agent NAME`, plus every `--env`, checked with the AWP or
+/// ACP engine.
+async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failure> {
     use agentwire_awp::conformance::{CheckPlan, Outcome, run_check};
-    let Some((program, rest)) = args.command.split_first() else {
-        return Err(usage(
-            "command_missing",
-            "no agent command given after `--`",
-        ));
+    let (mut launch, is_acp, max_line_bytes) = match &args.agent {
+        Some(name) => {
+            let registry = load_agents(config_dir)?;
+            let agent = registry.resolve(Some(name)).map_err(|e| {
+                let exit = match e {
+                    AgentError::NotFound { .. } => Exit::Usage,
+                    _ => Exit::AgentUnavailable,
+                };
+                Failure::from_error(exit, e.code(), &e)
+            })?;
+            (
+                agent.launch.clone(),
+                agent.protocol == agentwire_host::agents::AgentProtocol::Acp,
+                Some(agent.max_line_bytes),
+            )
+        }
+        None => {
+            let Some((program, rest)) = args.command.split_first() else {
+                return Err(usage(
+                    "command_missing",
+                    "no agent command given after `--` (or --agent NAME)",
+                ));
+            };
+            let mut executable = std::path::PathBuf::from(program);
+            if executable.is_relative() {
+                let cwd = std::env::current_dir()
+                    .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e))?;
+                executable = cwd.join(executable);
+            }
+            let mut launch = agentwire_awp::LaunchConfig::new(executable);
+            launch.prefix_args = rest.to_vec();
+            let is_acp = args.protocol == "acp";
+            if !is_acp {
+                launch.protocol =
+                    args.protocol
+                        .parse()
+                        .map_err(|e: agentwire_awp::LaunchError| {
+                            Failure::from_error(Exit::Usage, e.code(), &e)
+                        })?;
+            }
+            launch.remote_api_opt_in = args.remote_api_opt_in
+                || env_lookup(agentwire_awp::launch::VAR_REMOTE_API_OPT_IN).as_deref() == Some("1");
+            (launch, is_acp, None)
+        }
     };
-    let mut executable = std::path::PathBuf::from(program);
-    if executable.is_relative() {
-        let cwd = std::env::current_dir()
-            .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e))?;
-        executable = cwd.join(executable);
+    launch.env.extend(args.env.iter().cloned());
+    if is_acp {
+        return crate::acp::check(&launch, args.timeout, max_line_bytes, args.json).await;
     }
-    if args.protocol == "acp" {
-        return crate::acp::check(executable, rest, args.json).await;
-    }
-    let protocol = args
-        .protocol
-        .parse()
-        .map_err(|e: agentwire_awp::LaunchError| Failure::from_error(Exit::Usage, e.code(), &e))?;
-    let mut launch = agentwire_awp::LaunchConfig::new(executable);
-    launch.prefix_args = rest.to_vec();
-    launch.protocol = protocol;
-    launch.remote_api_opt_in = args.remote_api_opt_in
-        || env_lookup(agentwire_awp::launch::VAR_REMOTE_API_OPT_IN).as_deref() == Some("1");
     let mut plan = CheckPlan::new(launch);
     plan.model = args.model;
+    if let Some(timeout) = args.timeout {
+        plan.limits.turn_timeout = timeout;
+    }
+    if let Some(max_line_bytes) = max_line_bytes {
+        plan.limits.max_line_bytes = max_line_bytes;
+    }
     let mut report = run_check(plan).await;
     for rule in &mut report.rules {
         if let Outcome::Fail { evidence } = &mut rule.outcome {

@@ -422,3 +422,33 @@ async fn chat_model_reaches_an_acp_agent_through_set_config_option() {
     let record = result_record(&out);
     assert_eq!(record["error"]["code"], "agent_error", "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_agent_runs_a_configured_acp_agent_with_its_env() {
+    let host = Host::new();
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    // The fixture reads its mode from ACP_FIXTURE_MODE: the configured env selects a faulty one.
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"acp-fx\"\nprotocol = \"acp\"\nexecutable = \"{}\"\n\
+         env = {{ ACP_FIXTURE_MODE = \"protocol-v2\" }}\n",
+        fixture.display()
+    ));
+    let out = host.run(&["check", "--agent", "acp-fx"]).await;
+    assert_eq!(out.code, 8, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("FAIL  initialize_answers_integer_version"),
+        "{out:?}"
+    );
+    let out = host
+        .run(&[
+            "check",
+            "--agent",
+            "acp-fx",
+            "--env",
+            "ACP_FIXTURE_MODE=echo",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("conformant: required rules"), "{out:?}");
+}

@@ -43,7 +43,6 @@ use agentwire_jsonl::{Frame, JsonlDecoder, Limits};
 use agentwire_jsonrpc::{CallError, ErrorCode};
 use agentwire_process::{Command, StdoutItem, StopPlan};
 use bytes::BytesMut;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -55,45 +54,16 @@ use crate::schema::{
 };
 use crate::update::Update;
 
-/// How strict a rule is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// A protocol requirement: a failure fails the check.
-    Must,
-    /// A recommendation: reported, never fails the check.
-    Should,
-}
-
-/// One rule of the check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    /// Stable snake_case id, e.g. `initialize_answers_integer_version`.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// One line: what a conforming agent does.
-    pub description: &'static str,
-    /// The spec section the rule checks: `Page § Section <URL>` on agentclientprotocol.com (v1).
-    pub spec: &'static str,
-}
+pub use agentwire_conformance::{
+    CheckReport, Counts, Outcome, Rule, RuleResult, Severity, SkipPolicy, Summary,
+};
 
 const fn must(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Must,
-        description,
-        spec,
-    }
+    Rule::must(id, description).with_spec(spec)
 }
 
 const fn should(id: &'static str, description: &'static str, spec: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Should,
-        description,
-        spec,
-    }
+    Rule::should(id, description).with_spec(spec)
 }
 
 const TRANSPORT: &str = "Transports § stdio <https://agentclientprotocol.com/protocol/transports>";
@@ -209,124 +179,6 @@ pub const RULES: &[Rule] = &[
     ),
 ];
 
-/// The verdict of one rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The rule held.
-    Pass,
-    /// The rule was broken; `evidence` says where (bounded).
-    Fail {
-        /// At most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
-        evidence: String,
-    },
-    /// The rule could not be judged.
-    Skipped {
-        /// Why.
-        why: String,
-    },
-}
-
-/// One line of the report: `{"id":"stdout_only_jsonrpc","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuleResult {
-    /// The rule id.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// What the rule requires.
-    pub description: &'static str,
-    /// The spec section it checks.
-    pub spec: &'static str,
-    /// The verdict.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// The verdicts of every rule, in [`RULES`] order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct CheckReport {
-    /// One result per rule.
-    pub rules: Vec<RuleResult>,
-}
-
-impl CheckReport {
-    /// True when no [`Severity::Must`] rule failed. A skipped must rule does not fail the check (the cancel rule is
-    /// skipped for agents whose turns end before a cancel can reach them).
-    pub fn passed(&self) -> bool {
-        self.rules.iter().all(|rule| {
-            rule.severity == Severity::Should || !matches!(rule.outcome, Outcome::Fail { .. })
-        })
-    }
-
-    /// The result of rule `id`.
-    pub fn get(&self, id: &str) -> Option<&RuleResult> {
-        self.rules.iter().find(|rule| rule.id == id)
-    }
-
-    /// The ids of the failed rules (must and should).
-    pub fn failed_ids(&self) -> Vec<&'static str> {
-        self.rules
-            .iter()
-            .filter(|rule| matches!(rule.outcome, Outcome::Fail { .. }))
-            .map(|rule| rule.id)
-            .collect()
-    }
-
-    /// One `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, then a summary line.
-    pub fn render_text(&self) -> String {
-        let width = self
-            .rules
-            .iter()
-            .map(|rule| rule.id.len())
-            .max()
-            .unwrap_or(0);
-        let mut out = String::new();
-        for rule in &self.rules {
-            let (tag, detail) = match (&rule.outcome, rule.severity) {
-                (Outcome::Pass, _) => ("PASS", None),
-                (Outcome::Fail { evidence }, Severity::Must) => {
-                    ("FAIL", Some(("evidence", evidence)))
-                }
-                (Outcome::Fail { evidence }, Severity::Should) => {
-                    ("WARN", Some(("evidence", evidence)))
-                }
-                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
-            };
-            out.push_str(&format!(
-                "{tag}  {:<width$}  {}\n",
-                rule.id, rule.description
-            ));
-            if let Some((label, text)) = detail {
-                out.push_str(&format!("      {label}: {text}\n"));
-                out.push_str(&format!("      spec: {}\n", rule.spec));
-            }
-        }
-        let required = self
-            .rules
-            .iter()
-            .filter(|rule| rule.severity == Severity::Must)
-            .count();
-        let failed = self
-            .rules
-            .iter()
-            .filter(|rule| {
-                rule.severity == Severity::Must && matches!(rule.outcome, Outcome::Fail { .. })
-            })
-            .count();
-        let verdict = if self.passed() {
-            "conformant"
-        } else {
-            "not conformant"
-        };
-        out.push_str(&format!(
-            "{verdict}: {} of {required} required rules not failed\n",
-            required - failed
-        ));
-        out
-    }
-}
-
 /// Bounds and timeouts of a check.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -426,6 +278,10 @@ pub fn quote(text: &str, max: usize) -> String {
 pub struct RuleBook {
     outcomes: Vec<Option<Outcome>>,
     max_evidence_bytes: usize,
+    /// `session/update` notifications observed (the update rules are exercised only when there was one).
+    updates_seen: u64,
+    /// Stdout lines observed (`stdout_only_jsonrpc` is exercised only when there was one).
+    lines_seen: u64,
 }
 
 impl RuleBook {
@@ -434,6 +290,8 @@ impl RuleBook {
         RuleBook {
             outcomes: vec![None; RULES.len()],
             max_evidence_bytes,
+            updates_seen: 0,
+            lines_seen: 0,
         }
     }
 
@@ -474,6 +332,7 @@ impl RuleBook {
     /// Judges one stdout line (`Frame` from agentwire-jsonl): `stdout_only_jsonrpc` fails on the first line that
     /// is not a JSON-RPC 2.0 message.
     pub fn observe_line(&mut self, line_number: u64, frame: &Frame) {
+        self.lines_seen += 1;
         let problem = match frame {
             Frame::Json(bytes) => match serde_json::from_slice::<Value>(bytes) {
                 Ok(Value::Object(object)) if object.get("jsonrpc") == Some(&Value::from("2.0")) => {
@@ -520,6 +379,7 @@ impl RuleBook {
 
     /// Judges one update of `session`.
     pub fn observe_update(&mut self, update: &Update) {
+        self.updates_seen += 1;
         if let Update::Raw { kind, error, .. } = update {
             let kind = kind
                 .clone()
@@ -536,17 +396,14 @@ impl RuleBook {
         let rules = RULES
             .iter()
             .zip(self.outcomes)
-            .map(|(rule, outcome)| RuleResult {
-                id: rule.id,
-                severity: rule.severity,
-                description: rule.description,
-                spec: rule.spec,
-                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+            .map(|(rule, outcome)| {
+                let outcome = outcome.unwrap_or_else(|| Outcome::Skipped {
                     why: why.to_owned(),
-                }),
+                });
+                RuleResult::new(rule, outcome)
             })
             .collect();
-        CheckReport { rules }
+        CheckReport::new(rules, SkipPolicy::RequiredSkipAllowed)
     }
 }
 
@@ -840,7 +697,11 @@ pub async fn run_check(plan: CheckPlan) -> CheckReport {
     watch(&replay).judge(&mut book);
     // Unless a violation was seen on the wire (RuleBook::observe_agent_message).
     book.pass("client_capabilities_respected");
-    book.pass("stdout_only_jsonrpc");
+    if book.lines_seen == 0 {
+        book.skip("stdout_only_jsonrpc", "the agent wrote no stdout line");
+    } else {
+        book.pass("stdout_only_jsonrpc");
+    }
     std::mem::replace(&mut *book, RuleBook::new(0)).finish(why.as_deref().unwrap_or("not reached"))
 }
 
@@ -948,10 +809,20 @@ async fn script(
             "updates_reference_session",
             "updates named a session that was not created".to_owned(),
         );
+    } else if book(shared).updates_seen == 0 {
+        // Nothing to judge: a pass would claim what was never exercised.
+        book(shared).skip(
+            "updates_reference_session",
+            "the agent sent no session/update",
+        );
     } else {
         book(shared).pass("updates_reference_session");
     }
-    book(shared).pass("updates_parse");
+    if book(shared).updates_seen == 0 {
+        book(shared).skip("updates_parse", "the agent sent no session/update");
+    } else {
+        book(shared).pass("updates_parse");
+    }
     session_methods(client, session, plan, shared).await;
     None
 }
@@ -1514,6 +1385,21 @@ mod tests {
             outcome_of(book, "client_capabilities_respected"),
             "skip: unjudged"
         );
+    }
+
+    #[test]
+    fn updates_seen_are_counted_for_the_update_rules() {
+        let mut book = RuleBook::new(10);
+        assert_eq!(book.updates_seen, 0);
+        let update = Update::from_value(serde_json::json!({
+            "sessionUpdate": "agent_message_chunk",
+            "content": {"type": "text", "text": "hi"}
+        }));
+        book.observe_update(&update);
+        assert_eq!(book.updates_seen, 1);
+        assert_eq!(book.lines_seen, 0);
+        book.observe_line(1, &json(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        assert_eq!(book.lines_seen, 1);
     }
 
     #[test]

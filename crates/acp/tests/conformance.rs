@@ -300,3 +300,36 @@ async fn a_missing_program_fails_spawns() {
     assert_eq!(report.failed_ids(), ["spawns"]);
     assert!(!report.passed());
 }
+
+/// An agent that writes nothing and exits: the rules about its output were never exercised, so they are skipped,
+/// not passed, and the missing initialize answer fails the check.
+#[tokio::test]
+async fn an_agent_that_writes_nothing_has_its_output_rules_skipped() {
+    let mut plan = CheckPlan::new("/bin/sh", ["-c", "exit 0"]);
+    plan.cwd = std::env::temp_dir();
+    plan.limits.step_timeout = std::time::Duration::from_secs(2);
+    let report = run_check(plan).await;
+    for id in [
+        "stdout_only_jsonrpc",
+        "updates_reference_session",
+        "updates_parse",
+    ] {
+        let outcome = &report.get(id).expect("rule").outcome;
+        assert!(
+            matches!(outcome, Outcome::Skipped { .. }),
+            "{id}: {outcome:?}\n{}",
+            report.render_text()
+        );
+    }
+    assert!(
+        matches!(
+            report
+                .get("initialize_answers_integer_version")
+                .map(|r| &r.outcome),
+            Some(Outcome::Fail { .. })
+        ),
+        "{}",
+        report.render_text()
+    );
+    assert!(!report.passed());
+}

@@ -14,11 +14,6 @@ use crate::error::{ApiError, ErrorKind};
 use crate::output::{LineSplitter, OutputBuffer, OutputLine, OutputStream, bound_line};
 use crate::relay::{Relay, RelayStats};
 
-/// How often the agent's stderr tail is checked for new bytes. `agentwire-process` keeps stderr as a bounded tail
-/// without a change notification, so agentctl polls it; bytes written faster than the tail (128 KiB) per interval
-/// are reported as lost in the output, never silently.
-pub const STDERR_POLL_INTERVAL: Duration = Duration::from_millis(50);
-
 /// When the agent's stdout ends while it still runs, how long agentctl waits for its exit before failing pending
 /// calls as `stdout_closed` (an agent that exits closes stdout a moment before its exit is seen; this lets the
 /// error name the exit instead). Pending calls fail within this bound either way.
@@ -415,12 +410,12 @@ async fn read_stdout(
     }
 }
 
-/// Copies new stderr bytes into the output buffer, line by line, until stderr collection ends.
+/// Copies new stderr bytes into the output buffer, line by line, until stderr collection ends. It wakes when new
+/// bytes arrive ([`StderrTail::changed`]); bytes that overran the tail (128 KiB) before this task read them are
+/// reported as lost in the output, never silently.
 async fn pump_stderr(tail: StderrTail, output: OutputBuffer, max_line_bytes: usize) {
     let mut splitter = LineSplitter::new(max_line_bytes);
     let mut seen: u64 = 0;
-    let mut tick = tokio::time::interval(STDERR_POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let finished = tail.is_finished();
         let (kept, total) = tail.snapshot();
@@ -460,9 +455,6 @@ async fn pump_stderr(tail: StderrTail, output: OutputBuffer, max_line_bytes: usi
             }
             return;
         }
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = tail.finished() => {}
-        }
+        tail.changed(seen).await;
     }
 }

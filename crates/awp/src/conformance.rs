@@ -22,8 +22,13 @@
 //! stdout protocol-only, every line one JSON object with a string `type`, none over 4 MiB; a session id
 //! reported and every reported id valid (`[A-Za-z0-9._:-]{1,256}`); exactly one terminal event per accepted
 //! turn, the process staying alive for the next turn; exit on stdin EOF; `--resume <id>` accepted.
-//! Two rules are recommendations (severity [`Severity::Should`]: reported, never fail the check): `init` as
-//! the first event of the first turn, and `usage` on every terminal event.
+//! Two rules are recommendations (severity [`Severity::Should`], labelled `optional`: reported, never fail the
+//! check): `init` as the first event of the first turn, and `usage` on every terminal event.
+//!
+//! A rule passes only when the script exercised it ([`RuleBook::observations_complete`], [`RuleBook::finish`]):
+//! `valid_session_id` without any reported id, the per-line rules without any stdout line, and `turn_succeeds` when
+//! any turn did not end on its own are `skipped`; a skipped required rule fails the check
+//! ([`SkipPolicy::RequiredSkipFails`]).
 //!
 //! Deliberately not checked: how unsupported content blocks are handled (the protocol allows rejecting them
 //! *or* a documented fallback, which a black-box check cannot tell apart), stderr content, and the Windows
@@ -33,9 +38,11 @@
 //! Output looks like:
 //!
 //! ```text
-//! PASS  no_output_before_input   the agent writes nothing to stdout before its first input line
-//! FAIL  stdout_only_json         every stdout line is one JSON object with a string "type"
+//! PASS  no_output_before_input    required  the agent writes nothing to stdout before its first input line
+//! FAIL  stdout_only_json          required  every stdout line is one JSON object with a string "type"
 //!       evidence: turn 1, stdout line 1: Welcome to fixture-agent v0.0.0 (not JSON) (not a JSON line)
+//! …
+//! not conformant: required rules 11 passed, 1 failed, 0 skipped; optional rules 2 passed, 0 failed, 0 skipped
 //! ```
 
 use std::collections::VecDeque;
@@ -45,7 +52,6 @@ use std::time::Duration;
 use agentwire_jsonl::{Frame, JsonlDecoder};
 use agentwire_process::{Child, Command, ExitStatus, Stdout, StdoutItem, StopPlan};
 use bytes::BytesMut;
-use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -56,41 +62,16 @@ use crate::{
     codes, user_line,
 };
 
-/// How strict a rule is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// A protocol requirement: a failure fails the check (exit code non-zero).
-    Must,
-    /// A recommendation: a failure is reported as a warning and does not fail the check.
-    Should,
-}
-
-/// One rule of the check.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    /// Stable snake_case id, e.g. `no_output_before_input`.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// One line: what a conforming agent does.
-    pub description: &'static str,
-}
+pub use agentwire_conformance::{
+    CheckReport, Counts, Outcome, Rule, RuleResult, Severity, SkipPolicy, Summary,
+};
 
 const fn must(id: &'static str, description: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Must,
-        description,
-    }
+    Rule::must(id, description)
 }
 
 const fn should(id: &'static str, description: &'static str) -> Rule {
-    Rule {
-        id,
-        severity: Severity::Should,
-        description,
-    }
+    Rule::should(id, description)
 }
 
 /// Every rule, in report order.
@@ -143,117 +124,6 @@ pub const RULES: &[Rule] = &[
     ),
     should("terminal_has_usage", "every terminal event carries usage"),
 ];
-
-/// The verdict of one rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The rule held.
-    Pass,
-    /// The rule was broken; `evidence` names where (bounded, e.g. the first offending line).
-    Fail {
-        /// Where and how, at most [`CheckLimits::max_evidence_bytes`] of quoted output plus context.
-        evidence: String,
-    },
-    /// The rule could not be judged (an earlier step failed).
-    Skipped {
-        /// Why.
-        why: String,
-    },
-}
-
-/// One line of the report: `{"id":"stdout_only_json","severity":"must","description":"…","outcome":"fail","evidence":"…"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct RuleResult {
-    /// The rule id.
-    pub id: &'static str,
-    /// Must or should.
-    pub severity: Severity,
-    /// What the rule requires.
-    pub description: &'static str,
-    /// The verdict.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// The verdicts of every rule, in [`RULES`] order.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct CheckReport {
-    /// One result per rule.
-    pub rules: Vec<RuleResult>,
-}
-
-impl CheckReport {
-    /// True when no [`Severity::Must`] rule failed or was skipped (`awp-host check` exits 0 only then).
-    pub fn passed(&self) -> bool {
-        self.rules
-            .iter()
-            .all(|r| r.severity == Severity::Should || r.outcome == Outcome::Pass)
-    }
-
-    /// The result of rule `id`.
-    pub fn get(&self, id: &str) -> Option<&RuleResult> {
-        self.rules.iter().find(|r| r.id == id)
-    }
-
-    /// The ids of the failed rules (must and should).
-    pub fn failed_ids(&self) -> Vec<&'static str> {
-        self.rules
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Fail { .. }))
-            .map(|r| r.id)
-            .collect()
-    }
-
-    /// Human-readable report: one `PASS`/`FAIL`/`WARN`/`SKIP` line per rule, evidence indented below, and a
-    /// summary line. Output quoted from the agent is escaped (no control characters reach the terminal).
-    pub fn render_text(&self) -> String {
-        let width = self.rules.iter().map(|r| r.id.len()).max().unwrap_or(0);
-        let mut out = String::new();
-        for rule in &self.rules {
-            let (tag, detail) = match (&rule.outcome, rule.severity) {
-                (Outcome::Pass, _) => ("PASS", None),
-                (Outcome::Fail { evidence }, Severity::Must) => {
-                    ("FAIL", Some(("evidence", evidence)))
-                }
-                (Outcome::Fail { evidence }, Severity::Should) => {
-                    ("WARN", Some(("evidence", evidence)))
-                }
-                (Outcome::Skipped { why }, _) => ("SKIP", Some(("why", why))),
-            };
-            out.push_str(&format!(
-                "{tag}  {:<width$}  {}\n",
-                rule.id, rule.description
-            ));
-            if let Some((label, text)) = detail {
-                out.push_str(&format!("      {label}: {text}\n"));
-            }
-        }
-        let failed = self
-            .rules
-            .iter()
-            .filter(|r| r.severity == Severity::Must && r.outcome != Outcome::Pass)
-            .count();
-        out.push_str(&format!(
-            "{}: {} of {} required rules passed\n",
-            if self.passed() {
-                "conformant"
-            } else {
-                "not conformant"
-            },
-            self.rules
-                .iter()
-                .filter(|r| r.severity == Severity::Must)
-                .count()
-                - failed,
-            self.rules
-                .iter()
-                .filter(|r| r.severity == Severity::Must)
-                .count(),
-        ));
-        out
-    }
-}
 
 /// Bounds and timeouts of a check. Every field documents its default and what happens on overflow.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -365,6 +235,12 @@ pub struct RuleBook {
     process_label: &'static str,
     saw_event_in_turn_1: bool,
     reported_id_in_turn_1: bool,
+    /// Stdout lines observed over all processes (the per-line rules are exercised only when there was one).
+    lines_seen: u64,
+    /// Session ids observed over all processes (`valid_session_id` is exercised only when there was one).
+    ids_seen: u64,
+    /// The first turn that did not end on its own (its success could not be judged), for `turn_succeeds`.
+    unfinished_turn: Option<String>,
 }
 
 impl RuleBook {
@@ -378,6 +254,9 @@ impl RuleBook {
             process_label: "",
             saw_event_in_turn_1: false,
             reported_id_in_turn_1: false,
+            lines_seen: 0,
+            ids_seen: 0,
+            unfinished_turn: None,
         }
     }
 
@@ -416,10 +295,39 @@ impl RuleBook {
         }
     }
 
-    /// Passes the per-line rules that saw no violation (call once all output was observed).
+    /// Marks rule `id` as not exercised: a pass becomes a skip with `why` (a failure stays). For a rule whose
+    /// earlier pass no longer holds for the whole script (e.g. `turn_succeeds` when a later turn died).
+    pub fn unexercised(&mut self, id: &str, why: &str) {
+        if let Some(slot) = self.slot(id)
+            && !matches!(slot, Some(Outcome::Fail { .. }))
+        {
+            *slot = Some(Outcome::Skipped {
+                why: why.to_owned(),
+            });
+        }
+    }
+
+    /// Judges the rules that need all output (call once all output was observed): the per-line rules pass when
+    /// lines were seen without a violation and are skipped when the agent wrote no line; `valid_session_id` passes
+    /// only when an id was reported.
     pub fn observations_complete(&mut self) {
-        for id in ["stdout_only_json", "line_within_limit", "valid_session_id"] {
-            self.pass(id);
+        for id in ["stdout_only_json", "line_within_limit"] {
+            if self.lines_seen == 0 {
+                self.skip(id, "the agent wrote no stdout line");
+            } else {
+                self.pass(id);
+            }
+        }
+        if self.ids_seen == 0 {
+            self.skip("valid_session_id", "no session id was reported");
+        } else {
+            self.pass("valid_session_id");
+        }
+    }
+
+    fn turn_unfinished(&mut self, at: &str) {
+        if self.unfinished_turn.is_none() {
+            self.unfinished_turn = Some(at.to_owned());
         }
     }
 
@@ -441,6 +349,7 @@ impl RuleBook {
     /// Judges one stdout frame that arrived at `stage`.
     pub fn observe_frame(&mut self, stage: Stage, frame: &Frame) {
         self.line_number += 1;
+        self.lines_seen += 1;
         let at = self.location(stage);
         if stage == Stage::BeforeInput {
             let shown = self.show_frame(frame);
@@ -488,6 +397,7 @@ impl RuleBook {
         if (is_init || event_type == "result")
             && let Some(id) = value.get("session_id").filter(|v| !v.is_null())
         {
+            self.ids_seen += 1;
             let valid = id.as_str().is_some_and(|s| SessionId::new(s).is_ok());
             if !valid {
                 let shown = self.show(bytes);
@@ -535,6 +445,7 @@ impl RuleBook {
                 self.pass("turn_succeeds");
             }
             Some(codes::AGENT_EXITED_MID_TURN | codes::AGENT_IDLE_TIMEOUT) => {
+                self.turn_unfinished(&at);
                 let detail = status_detail(outcome);
                 self.fail(
                     "one_terminal_per_turn",
@@ -543,7 +454,10 @@ impl RuleBook {
                 return;
             }
             // The line itself fails `line_within_limit`; the turn had no chance to end on its own.
-            Some(codes::STDOUT_LINE_TOO_LONG) => return,
+            Some(codes::STDOUT_LINE_TOO_LONG) => {
+                self.turn_unfinished(&at);
+                return;
+            }
             Some(code) => {
                 let detail = status_detail(outcome);
                 self.fail(
@@ -566,6 +480,7 @@ impl RuleBook {
     /// Judges a turn that got no terminal event within the turn timeout.
     pub fn turn_unanswered(&mut self, stage: Stage, timeout: Duration, last_line: Option<&[u8]>) {
         let at = format!("{}{}", self.process_label, stage.label());
+        self.turn_unfinished(&at);
         let shown = last_line
             .map(|l| self.show(l))
             .unwrap_or_else(|| "no output".to_owned());
@@ -621,20 +536,27 @@ impl RuleBook {
 
     /// The report: every rule keeps its verdict; rules never judged are reported as skipped with
     /// `why_unjudged`.
-    pub fn finish(self, why_unjudged: &str) -> CheckReport {
+    ///
+    /// `turn_succeeds` is reported skipped when any turn did not end on its own (a pass of another turn does not
+    /// stand for it).
+    pub fn finish(mut self, why_unjudged: &str) -> CheckReport {
+        if let Some(turn) = self.unfinished_turn.take() {
+            self.unexercised(
+                "turn_succeeds",
+                &format!("{turn} did not end (see one_terminal_per_turn)"),
+            );
+        }
         let rules = RULES
             .iter()
             .zip(self.outcomes)
-            .map(|(rule, outcome)| RuleResult {
-                id: rule.id,
-                severity: rule.severity,
-                description: rule.description,
-                outcome: outcome.unwrap_or_else(|| Outcome::Skipped {
+            .map(|(rule, outcome)| {
+                let outcome = outcome.unwrap_or_else(|| Outcome::Skipped {
                     why: why_unjudged.to_owned(),
-                }),
+                });
+                RuleResult::new(rule, outcome)
             })
             .collect();
-        CheckReport { rules }
+        CheckReport::new(rules, SkipPolicy::RequiredSkipFails)
     }
 }
 
@@ -1244,6 +1166,81 @@ mod tests {
     }
 
     #[test]
+    fn rules_that_could_not_be_exercised_are_skipped_not_passed() {
+        // No session id anywhere: valid_session_id is skipped (session_id_reported fails).
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observe_frame(
+            Stage::Turn(1),
+            &json(r#"{"type":"result","subtype":"success"}"#),
+        );
+        book.first_turn_done();
+        book.observations_complete();
+        assert_eq!(
+            verdict(book, "valid_session_id"),
+            Outcome::Skipped {
+                why: "no session id was reported".into()
+            }
+        );
+        // One id seen: exercised and held.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observe_frame(Stage::Turn(1), &json(RESULT));
+        book.observations_complete();
+        assert_eq!(verdict(book, "valid_session_id"), Outcome::Pass);
+        // No stdout at all: the per-line rules are skipped.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.observations_complete();
+        let report = book.finish("x");
+        for id in ["stdout_only_json", "line_within_limit"] {
+            assert_eq!(
+                report.get(id).map(|r| r.outcome.clone()),
+                Some(Outcome::Skipped {
+                    why: "the agent wrote no stdout line".into()
+                }),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn turn_succeeds_is_skipped_when_a_later_turn_died() {
+        let success = TurnOutcome::new(crate::TurnStatus::Success);
+        let died = TurnOutcome::new(crate::TurnStatus::Failed {
+            code: codes::AGENT_EXITED_MID_TURN.into(),
+            detail: Some("exit code 3".into()),
+        });
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_completed(Stage::Turn(2), &died, None);
+        book.turn_completed(Stage::ResumedTurn, &success, None);
+        assert_eq!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Skipped {
+                why: "turn 2 did not end (see one_terminal_per_turn)".into()
+            }
+        );
+        // An unanswered turn counts the same; a failure already seen stays a failure.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_unanswered(Stage::Turn(2), Duration::from_secs(1), None);
+        assert!(matches!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Skipped { .. }
+        ));
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.fail("turn_succeeds", "turn 1: failed".into());
+        book.turn_unanswered(Stage::Turn(2), Duration::from_secs(1), None);
+        assert!(matches!(
+            verdict(book, "turn_succeeds"),
+            Outcome::Fail { .. }
+        ));
+        // Every turn ended: the pass stands.
+        let mut book = RuleBook::new(Protocol::AwpJsonl, 80);
+        book.turn_completed(Stage::Turn(1), &success, None);
+        book.turn_completed(Stage::Turn(2), &success, None);
+        assert_eq!(verdict(book, "turn_succeeds"), Outcome::Pass);
+    }
+
+    #[test]
     fn a_terminal_after_the_last_turn_is_an_extra_terminal() {
         check(
             Protocol::AwpJsonl,
@@ -1377,7 +1374,9 @@ mod tests {
         let text = report.render_text();
         assert!(text.contains("WARN  init_first"), "{text}");
         assert!(
-            text.contains("conformant: 12 of 12 required rules passed"),
+            text.contains(
+                "conformant: required rules 12 passed, 0 failed, 0 skipped; optional rules 1 passed, 1 failed, 0 skipped"
+            ),
             "{text}"
         );
         assert_eq!(

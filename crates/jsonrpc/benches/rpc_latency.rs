@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use agentwire_jsonrpc::{Config, Connection, DEFAULT_MAX_LINE_BYTES, IncomingMessage};
+use agentwire_jsonrpc::{Config, Connection};
 use agentwire_process::{Child, Command, StdoutItem, StopPlan};
-use futures_util::StreamExt;
+use agentwire_testkit::jsonrpc_peer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -43,8 +43,8 @@ fn main() -> ExitCode {
         eprintln!("cannot start tokio");
         return ExitCode::FAILURE;
     };
-    if args.iter().any(|a| a == "--peer") {
-        runtime.block_on(peer());
+    if args.iter().any(|a| a == jsonrpc_peer::PEER_FLAG) {
+        runtime.block_on(jsonrpc_peer::run_stdio_peer());
         return ExitCode::SUCCESS;
     }
     let quick = std::env::var_os("AGENTWIRE_BENCH_QUICK").is_some();
@@ -128,7 +128,11 @@ async fn measure(sizes: &Sizes) -> Result<String, String> {
     // ---- memory ----
     let ((client, _client_in), (server, server_in)) = Connection::memory(Config::default());
     let counted = Arc::new(AtomicU64::new(0));
-    tokio::spawn(serve(server.clone(), server_in, counted.clone()));
+    tokio::spawn(jsonrpc_peer::serve(
+        server.clone(),
+        server_in,
+        counted.clone(),
+    ));
     let memory_agentwire = sample(sizes, || async {
         client
             .call("echo", Some(params()))
@@ -146,7 +150,7 @@ async fn measure(sizes: &Sizes) -> Result<String, String> {
     let memory_baseline_rate = raw_memory_notification_rate(sizes.notifications).await?;
 
     // ---- two processes, OS pipes ----
-    let (child, connection) = spawn_agentwire_peer()?;
+    let (child, connection, _incoming) = jsonrpc_peer::spawn_self_peer()?;
     let pipes_agentwire = sample(sizes, || async {
         connection
             .call("echo", Some(params()))
@@ -243,31 +247,6 @@ async fn stop(child: Child) {
     child.stop(StopPlan::default()).await;
 }
 
-/// Answers `echo` with its params and `count` with the number of notifications seen; counts notifications.
-async fn serve(
-    connection: Connection,
-    mut incoming: agentwire_jsonrpc::Incoming,
-    counted: Arc<AtomicU64>,
-) {
-    let _keep = connection;
-    while let Some(message) = incoming.next().await {
-        match message {
-            IncomingMessage::Notification(_) => {
-                counted.fetch_add(1, Ordering::Relaxed);
-            }
-            IncomingMessage::Request(mut request) => {
-                let result = match request.method.as_str() {
-                    "count" => json!(counted.load(Ordering::Relaxed)),
-                    _ => request.params.take().unwrap_or(Value::Null),
-                };
-                if request.respond(Ok(result)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// Sends `count` notifications, then a `count` call that the peer answers after reading them all.
 async fn notification_rate(
     count: u64,
@@ -291,42 +270,6 @@ async fn notification_rate(
         return Err(format!("peer counted {seen}, sent {count}"));
     }
     Ok(rate(count, elapsed))
-}
-
-/// The agentwire peer process: `Connection::stdio()` serving `echo` and `count`.
-async fn peer() {
-    let (connection, incoming) = Connection::stdio(Config::default());
-    serve(connection.clone(), incoming, Arc::new(AtomicU64::new(0))).await;
-    connection.close().await;
-}
-
-fn spawn_agentwire_peer() -> Result<(Child, Connection), String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let limits = agentwire_jsonl::Limits {
-        max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-        ..Default::default()
-    };
-    let mut child = Command::new(exe)
-        .arg("--peer")
-        .stdout_jsonl(limits)
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    let stdin = child.stdin();
-    let frames = child
-        .take_stdout()
-        .ok_or("stdout taken")?
-        .filter_map(|item| async move {
-            match item {
-                StdoutItem::Frame(frame) => Some(frame),
-                _ => None,
-            }
-        });
-    let write = move |lines: Vec<u8>| {
-        let stdin = stdin.clone();
-        async move { stdin.write_all(&lines).await.map_err(std::io::Error::other) }
-    };
-    let (connection, _incoming) = Connection::from_frames(frames, write, Config::default());
-    Ok((child, connection))
 }
 
 // ---- baselines ----

@@ -3,42 +3,15 @@
 
 mod support;
 
-use agentwire_jsonrpc::{
-    CallError, Config, Connection, DEFAULT_MAX_LINE_BYTES, Incoming, IncomingMessage, RequestId,
-};
-use agentwire_process::{Child, Command, StdoutItem, StopPlan};
-use futures_util::StreamExt;
+use agentwire_jsonrpc::{CallError, Connection, Incoming, IncomingMessage, RequestId};
+use agentwire_process::{Child, Command, StopPlan};
 use serde_json::json;
 use support::within;
 
-/// Spawns `program args…` and connects to its stdio.
+/// Spawns `program args…` (with the OS environment allowlist) and connects to its stdio.
 fn connect(program: &str, args: &[&str]) -> (Child, Connection, Incoming) {
-    let limits = agentwire_jsonl::Limits {
-        max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-        ..Default::default()
-    };
-    let mut child = Command::new(program)
-        .args(args)
-        .inherit_os_env()
-        .stdout_jsonl(limits)
-        .spawn()
-        .expect("spawn");
-    let stdin = child.stdin();
-    let frames = child
-        .take_stdout()
-        .expect("stdout")
-        .filter_map(|item| async move {
-            match item {
-                StdoutItem::Frame(frame) => Some(frame),
-                _ => None,
-            }
-        });
-    let write = move |lines: Vec<u8>| {
-        let stdin = stdin.clone();
-        async move { stdin.write_all(&lines).await.map_err(std::io::Error::other) }
-    };
-    let (connection, incoming) = Connection::from_frames(frames, write, Config::default());
-    (child, connection, incoming)
+    agentwire_testkit::jsonrpc_peer::connect(Command::new(program).args(args).inherit_os_env())
+        .expect("spawn")
 }
 
 /// `cat` sends our own request back: it arrives as an incoming request with id 0 while our call 0 is pending, and

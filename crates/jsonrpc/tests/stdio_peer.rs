@@ -8,11 +8,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentwire_jsonrpc::{
-    CallError, Config, Connection, DEFAULT_MAX_LINE_BYTES, Incoming, IncomingMessage,
-};
-use agentwire_process::{Child, Command, StdoutItem, StopPlan};
-use futures_util::StreamExt;
+use agentwire_jsonrpc::{CallError, Connection, Incoming, IncomingMessage};
+use agentwire_process::StopPlan;
+use agentwire_testkit::jsonrpc_peer;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -29,8 +27,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if std::env::args().any(|arg| arg == "--peer") {
-        runtime.block_on(peer());
+    if std::env::args().any(|arg| arg == jsonrpc_peer::PEER_FLAG) {
+        runtime.block_on(jsonrpc_peer::run_stdio_peer());
         return ExitCode::SUCCESS;
     }
     let cases: [(&str, Case); 4] = [
@@ -72,7 +70,7 @@ type Case = fn(Connection, Incoming) -> CaseFuture;
 
 /// Spawns the peer, runs `case`, then closes the peer's stdin and checks that it exits 0 on that EOF.
 async fn run_case(case: Case) -> Result<(), String> {
-    let (child, connection, incoming) = spawn_peer()?;
+    let (child, connection, incoming) = jsonrpc_peer::spawn_self_peer()?;
     let result = tokio::time::timeout(WAIT, case(connection, incoming))
         .await
         .map_err(|_| "timed out".to_owned());
@@ -89,35 +87,6 @@ async fn run_case(case: Case) -> Result<(), String> {
         return Err(format!("peer exited with {status}"));
     }
     Ok(())
-}
-
-fn spawn_peer() -> Result<(Child, Connection, Incoming), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let limits = agentwire_jsonl::Limits {
-        max_line_bytes: DEFAULT_MAX_LINE_BYTES,
-        ..Default::default()
-    };
-    let mut child = Command::new(exe)
-        .arg("--peer")
-        .stdout_jsonl(limits)
-        .spawn()
-        .map_err(|e| format!("spawn: {e}"))?;
-    let stdin = child.stdin();
-    let frames = child
-        .take_stdout()
-        .ok_or("stdout taken")?
-        .filter_map(|item| async move {
-            match item {
-                StdoutItem::Frame(frame) => Some(frame),
-                _ => None,
-            }
-        });
-    let write = move |lines: Vec<u8>| {
-        let stdin = stdin.clone();
-        async move { stdin.write_all(&lines).await.map_err(std::io::Error::other) }
-    };
-    let (connection, incoming) = Connection::from_frames(frames, write, Config::default());
-    Ok((child, connection, incoming))
 }
 
 fn expect_eq(got: &Value, want: &Value) -> Result<(), String> {
@@ -189,48 +158,4 @@ async fn huge(connection: Connection, _incoming: Incoming) -> Result<(), String>
         return Err("10 MB blob did not come back intact".to_owned());
     }
     Ok(())
-}
-
-/// The peer: answers `echo` with its params, `callback` by calling us first, `storm` with notifications then
-/// `"done"`; exits when stdin ends.
-async fn peer() {
-    let (connection, mut incoming) = Connection::stdio(Config::default());
-    while let Some(message) = incoming.next().await {
-        let IncomingMessage::Request(mut request) = message else {
-            continue;
-        };
-        let connection = connection.clone();
-        tokio::spawn(async move {
-            let params = request.params.take().unwrap_or(Value::Null);
-            let result = match request.method.as_str() {
-                "echo" => Ok(params),
-                "callback" => match connection.call("client/method", Some(params)).await {
-                    Ok(answer) => Ok(json!({"client said": answer})),
-                    Err(error) => Err(agentwire_jsonrpc::ErrorObject::internal_error(
-                        error.to_string(),
-                    )),
-                },
-                "storm" => {
-                    let count = params.get("count").and_then(Value::as_u64).unwrap_or(0);
-                    let mut sent = Ok(json!("done"));
-                    for seq in 0..count {
-                        if let Err(error) =
-                            connection.notify("storm", Some(json!({"seq": seq}))).await
-                        {
-                            sent = Err(agentwire_jsonrpc::ErrorObject::internal_error(
-                                error.to_string(),
-                            ));
-                            break;
-                        }
-                    }
-                    sent
-                }
-                other => Err(agentwire_jsonrpc::ErrorObject::method_not_found(other)),
-            };
-            if let Err(error) = request.respond(result).await {
-                eprintln!("peer: answer not sent: {error}");
-            }
-        });
-    }
-    connection.close().await;
 }

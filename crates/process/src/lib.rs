@@ -36,8 +36,8 @@
 //!   [`Child::wait_or_stop`] runs the same ladder on cancellation (a `CancellationToken`) or a timeout.
 //! - **Stdio.** [`Stdin`] is a clonable writer (one write attempt per call, typed [`StdinError`]s, never a
 //!   `SIGPIPE` crash); [`Stdout`] yields [`StdoutItem::Frame`]s (JSONL, bounded by `agentwire_jsonl::Limits`) or
-//!   [`StdoutItem::Bytes`]; [`StderrTail`] keeps the last [`ChildConfig::stderr_tail_bytes`] (128 KiB) and counts
-//!   the total.
+//!   [`StdoutItem::Bytes`]; [`StderrTail`] keeps the last [`ChildConfig::stderr_tail_bytes`] (128 KiB), counts
+//!   the total, and wakes followers when new bytes arrive ([`StderrTail::changed`]).
 //! - **Exit status.** [`ExitStatus`] has the code or the signal; [`ExitStatus::code_or_signal`] gives 128 + n for
 //!   a signal.
 //!

@@ -313,6 +313,8 @@ pub struct StderrTail {
 struct StderrShared {
     ring: Mutex<TailBuffer>,
     done: watch::Sender<bool>,
+    /// Total bytes seen, published after each push (what [`StderrTail::changed`] waits on).
+    total: watch::Sender<u64>,
 }
 
 impl StderrTail {
@@ -321,6 +323,7 @@ impl StderrTail {
             inner: Arc::new(StderrShared {
                 ring: Mutex::new(TailBuffer::new(capacity)),
                 done: watch::Sender::new(false),
+                total: watch::Sender::new(0),
             }),
         }
     }
@@ -353,12 +356,37 @@ impl StderrTail {
         *self.inner.done.borrow()
     }
 
+    /// Resolves once more than `seen` bytes of stderr have arrived in total, or collection has ended (then no
+    /// more will come); at once when either already holds. Pass the total of the caller's last
+    /// [`snapshot`](Self::snapshot) (0 at first), then take a new snapshot: no arrival is missed between the two,
+    /// and a follower needs no polling.
+    ///
+    /// Bytes are published chunk by chunk as read from the pipe (at most [`ChildConfig::read_chunk_bytes`] each),
+    /// so a wake-up may cover several writes of the child. Cancel-safe.
+    pub async fn changed(&self, seen: u64) {
+        let mut total = self.inner.total.subscribe();
+        let mut done = self.inner.done.subscribe();
+        // Both senders live in `inner`, which `self` keeps alive: neither wait can fail.
+        tokio::select! {
+            _ = total.wait_for(|total| *total > seen) => {}
+            _ = done.wait_for(|done| *done) => {}
+        }
+    }
+
     fn push(&self, data: &[u8]) {
-        self.inner
-            .ring
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(data);
+        if data.is_empty() {
+            return;
+        }
+        let total = {
+            let mut ring = self
+                .inner
+                .ring
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            ring.push(data);
+            ring.total()
+        };
+        self.inner.total.send_replace(total);
     }
 }
 

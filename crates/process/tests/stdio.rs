@@ -234,6 +234,31 @@ async fn stderr_tail_of_a_long_output_keeps_the_tail_and_counts_everything() {
     assert_eq!(&kept[..], &expected.as_bytes()[expected.len() - 1000..]);
 }
 
+#[tokio::test]
+async fn stderr_tail_changed_wakes_on_new_bytes_and_at_the_end() {
+    // The child writes `one`, blocks on stdin, writes `two` once a line arrives, then exits.
+    let child = sh(r#"printf one >&2; read -r _; printf two >&2"#)
+        .spawn()
+        .expect("spawn");
+    let tail = child.stderr_tail();
+    guard("first bytes", tail.changed(0)).await;
+    let (kept, total) = tail.snapshot();
+    assert_eq!((&kept[..], total), (&b"one"[..], 3));
+    // Nothing more can arrive while the child waits for stdin: one poll finds the wait pending.
+    let pending = tokio::time::timeout(Duration::ZERO, tail.changed(total)).await;
+    assert!(pending.is_err(), "changed resolved without new bytes");
+    // A stale `seen` resolves at once.
+    guard("stale seen", tail.changed(2)).await;
+    child.stdin().write_line(b"go").await.expect("stdin");
+    guard("second bytes", tail.changed(total)).await;
+    let (kept, total) = tail.snapshot();
+    assert_eq!((&kept[..], total), (&b"onetwo"[..], 6));
+    // No more bytes: the wait ends when collection does.
+    guard("end of stderr", tail.changed(total)).await;
+    guard("wait", child.wait()).await;
+    assert!(tail.is_finished());
+}
+
 /// A slow consumer and a grandchild holding stdout: the reader is stuck on a full queue when the drain window ends.
 /// Output already in the pipe is still delivered afterwards, up to `late_drain_max_bytes`.
 async fn check_late_drain(late_drain_max_bytes: usize, expect: &str) {

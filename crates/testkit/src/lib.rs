@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 pub mod acp_python;
+pub mod jsonrpc_peer;
 
 /// Path of a workspace binary named `name` in the target directory the running test was built into.
 ///
