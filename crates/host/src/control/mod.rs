@@ -721,13 +721,10 @@ impl ControlPlane {
             }
             cli::Capabilities::NAME => {
                 params::<cli::Capabilities>(p)?;
-                let capabilities = serde_json::to_value(self.inner.surface.capabilities())
-                    .and_then(serde_json::from_value)
-                    .map_err(|e| error(ErrorCode::InternalError, format!("capabilities: {e}")))?;
                 result::<cli::Capabilities>(&cli::CapabilitiesResult {
                     protocol_version: contract::PROTOCOL_VERSION,
                     surface_version: contract::SURFACE_VERSION,
-                    capabilities,
+                    capabilities: self.inner.surface.capabilities(),
                 })
             }
             cli::Doctor::NAME => {
