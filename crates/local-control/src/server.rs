@@ -93,22 +93,9 @@ impl Route {
     }
 }
 
-/// A well-formed bearer token other than the descriptor's; the [`Service`] decides what it is. `Debug` hides it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AgentToken(String);
-
-impl AgentToken {
-    /// The secret text; do not log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for AgentToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AgentToken(***)")
-    }
-}
+/// A well-formed bearer token other than the descriptor's, as presented; the [`Service`] decides what it is
+/// (the same type the token authority issues). `Debug` hides it.
+pub use crate::tokens::AgentToken;
 
 /// Which token the request presented.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -896,7 +883,7 @@ fn authenticate<S: Service>(
     if bool::from(presented_hash.ct_eq(&shared.human_token_hash)) {
         return Ok(PresentedToken::Human);
     }
-    let agent = AgentToken(presented.expose().to_owned());
+    let agent = AgentToken::presented(presented.expose().to_owned());
     shared
         .service
         .authenticate_agent(&agent)
