@@ -385,27 +385,9 @@ fn validate_spec(spec: &MethodSpec) -> Result<(), SurfaceError> {
     Ok(())
 }
 
-/// Whether `name` is a method name: `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 bytes.
-///
-/// Source: DeepChat `LocalControlMethodSchema`.
-pub fn is_method_name(name: &str) -> bool {
-    if name.len() < 3 || name.len() > 128 {
-        return false;
-    }
-    let mut segments = 0;
-    for segment in name.split('.') {
-        let mut bytes = segment.bytes();
-        match bytes.next() {
-            Some(first) if first.is_ascii_lowercase() => {}
-            _ => return false,
-        }
-        if !bytes.all(|b| b.is_ascii_alphanumeric()) {
-            return false;
-        }
-        segments += 1;
-    }
-    segments >= 2
-}
+/// Whether `name` is a method name: `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 bytes (DeepChat
+/// `LocalControlMethodSchema`). The one check, shared with the envelope's [`crate::envelope::is_valid_method`].
+pub use crate::envelope::is_valid_method as is_method_name;
 
 /// Keeps the listed top-level fields of `params` whose values are JSON scalars (strings, numbers, booleans,
 /// null); anything else, and any non-object `params`, projects to `{}`. DeepChat `selectAuditFields`.
