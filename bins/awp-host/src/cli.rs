@@ -66,6 +66,7 @@ Examples:
   deepchat system status                           (in another terminal) talk to it
   deepchat agent run --agent awp-agent --prompt hi  a detached run; `deepchat run watch --run ID` follows it
   awp-host serve --approvals-socket /run/user/1000/awp-approver.sock --console off
+  awp-host serve --app fixtures/tool-app            the app's tools on the socket (tools.list, tools.call)
   AWP_CONTROL_PLANE_API_KEY=$(openssl rand -hex 32) \\
     awp-host serve --tasks-listen 127.0.0.1:8100 --tasks-allow /usr/bin/echo
 
@@ -74,9 +75,12 @@ local-control.json, token rotated every start). `deepchat` finds it through the 
 Approvals: sensitive mutations (e.g. settings.updatePublic of an execution setting) wait for an answer on the
 approvals console (y = allow, anything else = deny) or from the program on --approvals-socket; with neither they
 are denied at once (approval_denied, deepchat exit 5).
+Tools (--app DIR): tools.list and tools.call run the app's tools as `awp-host tools call` does; a tool whose
+TOOL.md says `mutates: true` needs a console approval, and agent tokens may call only `mutates: false` tools.
 The first stdout line is `awp-host: local control listening on PATH`; with --tasks-listen a second line says
 `awp-host: tasks api listening on http://ADDR` (port 0 picks a free port). The task API key is
-AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes); tasks run only executables on the allow-list.
+AWP_CONTROL_PLANE_API_KEY (16 to 4096 bytes); tasks run only executables on the allow-list (--tasks-allow
+entries plus the binaries of --app's drivers).
 Shutdown (SIGINT/SIGTERM): stop accepting, end open streams with `unavailable`, cancel live runs (recorded
 cancelled), deny pending approvals, remove socket and descriptor.
 Exit codes: 0 stopped by a signal, 2 usage, 3 another serve already runs for this data directory, 8 failure.";
@@ -84,6 +88,11 @@ Exit codes: 0 stopped by a signal, 2 usage, 3 another serve already runs for thi
 /// `serve` arguments.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// An app bundle (`DIR/.agentproto/{tools,drivers}`): its tools are served as tools.list/tools.call on the
+    /// local control socket, and its drivers' binaries join the task allow-list. Loaded once at start; a bundle
+    /// that does not load stops serve (exit 2)
+    #[arg(long, value_name = "DIR")]
+    pub app: Option<PathBuf>,
     /// Also serve the managed-task API on this loopback address, e.g. 127.0.0.1:8100 (port 0 picks a free port)
     #[arg(long, value_name = "ADDR")]
     pub tasks_listen: Option<std::net::SocketAddr>,

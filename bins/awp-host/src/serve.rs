@@ -1,5 +1,6 @@
 //! `awp-host serve`: the local control plane (`agentwire_host::control` over `agentwire_local_control`'s server),
-//! the approvals console, the approver socket and, with `--tasks-listen`, the managed-task API
+//! the approvals console, the approver socket, with `--app DIR` the app bundle's tools on the control surface
+//! (`tools.list`, `tools.call`) and on the task allow-list, and with `--tasks-listen` the managed-task API
 //! (`agentwire_host::tasks`), until SIGINT/SIGTERM.
 
 use std::io::{IsTerminal, Write};
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use agentwire_approval::{ApprovalEvent, ApprovalSnapshot, Renderer, RendererEvent, Resolution};
 use agentwire_host::control::approver::ApproverSocket;
-use agentwire_host::control::{ControlConfig, ControlPlane};
+use agentwire_host::control::{ControlConfig, ControlError, ControlPlane};
 use agentwire_host::store::escape_controls;
 use agentwire_host::tasks::{
     API_KEY_VAR, AllowList, ApiConfig, ApiKey, ListenError, TaskLimits, TaskServer, TaskService,
@@ -36,8 +37,8 @@ fn say(line: &str) -> Result<(), Failure> {
 /// Runs `serve`.
 ///
 /// # Errors
-/// A [`Failure`]: usage (2) for a bad address, key or allow-list entry; 3 when another `serve` runs for the data
-/// directory; 8 for a store or endpoint failure.
+/// A [`Failure`]: usage (2) for a bad address, key, allow-list entry or app bundle; 3 when another `serve` runs
+/// for the data directory; 8 for a store or endpoint failure.
 pub async fn serve(
     data_dir: Option<&Path>,
     config_dir: Option<&Path>,
@@ -54,16 +55,37 @@ pub async fn serve(
         );
     }
     drop(store);
-    let tasks = match args.tasks_listen {
+    let mut tasks = match args.tasks_listen {
         Some(addr) => Some(prepare_tasks(&dir, addr, &args).await?),
         None => None,
     };
 
     let mut config = ControlConfig::new(&dir, env!("CARGO_PKG_VERSION"));
     config.deepchat_dir = crate::commands::deepchat_dir();
+    config.app = args.app.clone();
     let plane = ControlPlane::open(config, registry)
         .await
-        .map_err(|e| Failure::from_error(Exit::Protocol, "local_control_setup", &e))?;
+        .map_err(|e| match e {
+            ControlError::App(_) => Failure::from_error(Exit::Usage, e.code(), &e),
+            _ => Failure::from_error(Exit::Protocol, e.code(), &e),
+        })?;
+    if let Some((_, _, _, allow)) = &mut tasks {
+        // The declared drivers' binaries may run as tasks, as `--tasks-allow` entries do.
+        for binary in plane
+            .app()
+            .map(|app| app.driver_binaries())
+            .unwrap_or_default()
+        {
+            allow
+                .add(&binary)
+                .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+        }
+        if allow.entries().next().is_none() {
+            eprintln!(
+                "awp-host: warning: no --tasks-allow and no app drivers: every task will fail with executable_not_allowed"
+            );
+        }
+    }
     let server = Server::start(
         ServerConfig::new(&dir, env!("CARGO_PKG_VERSION")),
         plane.clone(),
@@ -154,11 +176,6 @@ async fn prepare_tasks(
         .map_err(|e| Failure::new(Exit::Usage, e.code(), e.to_string()))?;
     let allow = AllowList::new(&args.tasks_allow)
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
-    if args.tasks_allow.is_empty() {
-        eprintln!(
-            "awp-host: warning: no --tasks-allow given: every task will fail with executable_not_allowed"
-        );
-    }
     let store = TaskStore::open(dir).map_err(|e| {
         let exit = match e {
             StoreError::TasksBusy => Exit::AgentUnavailable,

@@ -22,10 +22,17 @@ struct Serve {
 
 impl Serve {
     async fn start(host: &Host, allow: &[&str]) -> Serve {
-        let mut args = vec!["serve", "--tasks-listen", "127.0.0.1:0"];
+        let mut args = Vec::new();
         for path in allow {
             args.extend(["--tasks-allow", path]);
         }
+        Serve::start_with(host, &args).await
+    }
+
+    /// `serve --tasks-listen 127.0.0.1:0` with `extra` arguments.
+    async fn start_with(host: &Host, extra: &[&str]) -> Serve {
+        let mut args = vec!["serve", "--tasks-listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
         // Debug logging on, so that the check for the key in serve's output covers every log line.
         let mut child = host.spawn_with_env(
             &args,
@@ -272,6 +279,43 @@ async fn agent_turn(env: &[(&str, &str)], resume: &str, prompt: &str) -> String 
     child.stdin().close().await;
     assert_eq!(event["subtype"], "success", "{event}");
     event["result"].as_str().expect("result text").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drivers_of_the_app_are_on_the_allow_list_with_tasks_allow() {
+    let host = Host::new();
+    let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tool-app");
+    // fixtures/tool-app declares drivers for `echo`, `printf` and `./bin/notes`; `/bin/sh` comes from --tasks-allow.
+    let serve = Serve::start_with(&host, &["--app", app, "--tasks-allow", "/bin/sh"]).await;
+    let mut env = managed_env(&serve);
+    env.push((
+        "AWP_AGENT_SESSION_DIR",
+        host.path("sessions").display().to_string(),
+    ));
+    for (turn, argv, expect) in [
+        ("a", json!(["echo", "from-a-driver"]), "from-a-driver"),
+        (
+            "b",
+            json!(["printf", "%s-%s", "printf", "too"]),
+            "printf-too",
+        ),
+        (
+            "c",
+            json!(["sh", "-c", "echo from-tasks-allow"]),
+            "from-tasks-allow",
+        ),
+    ] {
+        let text = agent_turn(&refs(&env), turn, &format!("run-task: {argv}")).await;
+        assert!(text.contains("succeeded, exit code 0"), "{text}");
+        assert!(text.contains(expect), "{text}");
+    }
+    // Neither a driver's binary nor listed: refused by the worker.
+    let text = agent_turn(&refs(&env), "d", r#"run-task: ["cat","/etc/hostname"]"#).await;
+    assert!(
+        text.contains("failed, error executable_not_allowed"),
+        "{text}"
+    );
+    assert_eq!(serve.stop().await, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

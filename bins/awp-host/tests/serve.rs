@@ -17,8 +17,8 @@ const AGENTS: &str = "[[agents]]\nname = \"fx\"\nprotocol = \"awp-jsonl\"\nexecu
 struct Serve {
     child: Child,
     stdout: agentwire_process::Stdout,
-    /// What stdout said so far (the first read may hold more than the first line).
-    said: String,
+    /// What the first read took from stdout: the listening line, and whatever came in the same chunk.
+    first: String,
 }
 
 async fn serve(host: &Host, extra: &[&str]) -> Serve {
@@ -34,7 +34,7 @@ async fn serve(host: &Host, extra: &[&str]) -> Serve {
     Serve {
         child,
         stdout,
-        said: line,
+        first: line,
     }
 }
 
@@ -210,7 +210,8 @@ async fn the_approvals_console_allows_one_pending_mutation() {
     let host = Host::new();
     host.agents_toml(AGENTS);
     let mut server = serve(&host, &["--console", "on"]).await;
-    if !server.said.contains("approvals console") {
+    // The console line may have come in the same chunk as the listening line.
+    if !server.first.contains("approvals console") {
         read_until(&mut server.stdout, "approvals console").await;
     }
     let mut change = deepchat_command(
@@ -363,6 +364,81 @@ async fn agents_launched_by_serve_find_deepchat_first_on_path_and_a_bad_agent_to
     .await;
     assert_eq!(bad.code, 4, "{bad:?}");
     assert_eq!(server.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_an_app_answers_tools_list_and_tools_call_over_the_socket() {
+    use agentwire_local_control::client::{Client, ClientError};
+    use agentwire_local_control::descriptor::discover;
+    use agentwire_local_control::envelope::{ErrorCode, RequestEnvelope};
+
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let app = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/tool-app");
+    let server = serve(&host, &["--console", "off", "--app", app]).await;
+    let descriptor = discover(&host.data).expect("descriptor");
+    let client = Client::from_descriptor(&descriptor, descriptor.token.clone()).expect("client");
+    let rpc = |method: &str, params: Value| {
+        let envelope = RequestEnvelope::new("req-1", method, params);
+        let client = &client;
+        async move { client.rpc(&envelope, RUN_TIMEOUT).await }
+    };
+
+    let listed = rpc("tools.list", json!({})).await.expect("tools.list");
+    let ids: Vec<&str> = listed["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        ["echo", "greet", "notes-list", "notes-show", "notes-whoami"]
+    );
+    assert_eq!(listed["tools"][0]["mutates"], false);
+    assert_eq!(
+        listed["tools"][0]["inputSchema"]["required"],
+        json!(["msg"])
+    );
+
+    let echoed = rpc(
+        "tools.call",
+        json!({"toolId": "echo", "input": {"msg": "hi", "words": ["a", "b"]}}),
+    )
+    .await
+    .expect("echo");
+    assert_eq!(
+        (echoed["outputFormat"].as_str(), echoed["output"].as_str()),
+        (Some("text"), Some("hi a b\n"))
+    );
+    let notes = rpc("tools.call", json!({"toolId": "notes-list"}))
+        .await
+        .expect("notes-list");
+    assert_eq!(notes["outputFormat"], "json");
+    assert!(notes["output"].is_array(), "{notes}");
+
+    // serve's environment has no NOTES_TOKEN: the driver's code travels in `details`.
+    match rpc("tools.call", json!({"toolId": "notes-whoami"})).await {
+        Err(ClientError::Remote { error, .. }) => {
+            assert_eq!(error.code, ErrorCode::Unavailable);
+            let details = error.details.expect("details");
+            assert_eq!(details["code"], "missing_secret");
+        }
+        other => panic!("expected missing_secret, got {other:?}"),
+    }
+    assert_eq!(server.stop().await, 0);
+
+    // A bundle that does not load stops serve before it listens: usage (2).
+    let out = host
+        .run(&[
+            "serve",
+            "--console",
+            "off",
+            "--app",
+            &host.path("no-app").display().to_string(),
+        ])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,9 +40,16 @@ fn registry(dir: &Path) -> Arc<AgentRegistry> {
 }
 
 async fn host() -> Host {
+    host_with(|_| None).await
+}
+
+/// A host whose control plane loads the app bundle `app(temp dir)` returns, if any.
+async fn host_with(app: impl FnOnce(&Path) -> Option<std::path::PathBuf>) -> Host {
     let tmp = tempfile::tempdir().expect("temp dir");
     let data = tmp.path().join("data");
-    let plane = ControlPlane::open(ControlConfig::new(&data, "9.9.9"), registry(tmp.path()))
+    let mut config = ControlConfig::new(&data, "9.9.9");
+    config.app = app(tmp.path());
+    let plane = ControlPlane::open(config, registry(tmp.path()))
         .await
         .expect("control plane");
     let server = Server::start(ServerConfig::new(&data, "9.9.9"), plane.clone())
@@ -451,4 +458,191 @@ async fn shutdown_ends_an_open_watch_with_unavailable_and_the_run_is_recorded() 
     let stored = store.run(&RunId::parse(&run).unwrap()).unwrap().unwrap();
     assert_ne!(stored.status, RunStatus::Running);
     assert!(!host.data.join("local-control/local-control.json").exists());
+}
+
+/// An app bundle under `dir/app` with two tools: `say` (`mutates: false`, `echo MSG`) and `touch`
+/// (`mutates: true`, `touch PATH`: its effect is visible on disk).
+fn tool_app(dir: &Path) -> std::path::PathBuf {
+    let app = dir.join("app");
+    let write = |path: &str, text: &str| {
+        let path = app.join(".agentproto").join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("create dir");
+        std::fs::write(path, text).expect("write manifest");
+    };
+    write(
+        "tools/say/TOOL.md",
+        "---\nschema: agentproto/tool/v1\nid: say\nname: Say\ndescription: Says its message.\nversion: 1.0.0\n\
+         inputs:\n  type: object\n  properties:\n    msg: { type: string, maxLength: 100 }\n  required: [msg]\n\
+         mutates: false\n---\n# Say\n",
+    );
+    write(
+        "tools/touch/TOOL.md",
+        "---\nschema: agentproto/tool/v1\nid: touch\nname: Touch\ndescription: Creates a file.\nversion: 1.0.0\n\
+         inputs:\n  type: object\n  properties:\n    path: { type: string }\n  required: [path]\n\
+         mutates: true\n---\n# Touch\n",
+    );
+    for (driver, tool, bin, argv) in [
+        ("say-cli", "say", "echo", r#"["${input.msg}"]"#),
+        ("touch-cli", "touch", "touch", r#"["${input.path}"]"#),
+    ] {
+        write(
+            &format!("drivers/{driver}/DRIVER.md"),
+            &format!(
+                "---\nschema: agentproto/driver/v1\nid: {driver}\nname: {driver}\ndescription: {driver}\nkind: cli\n\
+                 implements:\n  - tool: ./tools/{tool}/TOOL.md\n    version: ^1\n    metadata:\n      cli:\n\
+                 \x20       argv: {argv}\n        outputFormat: text\nmetadata:\n  cli:\n    bin: {bin}\n---\n"
+            ),
+        );
+    }
+    app
+}
+
+fn failure(result: Result<Value, ClientError>) -> (ErrorCode, Value) {
+    match result.expect_err("an error") {
+        ClientError::Remote { error, .. } => {
+            (error.code, Value::Object(error.details.unwrap_or_default()))
+        }
+        other => panic!("not an error envelope: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_app_tools_list_is_empty_and_tools_call_is_not_found() {
+    let host = host().await;
+    let listed = call(&host.human, "tools.list", json!({})).await.unwrap();
+    assert_eq!(listed, json!({"tools": []}));
+    let (kind, details) = failure(
+        call(
+            &host.human,
+            "tools.call",
+            json!({"toolId": "say", "input": {"msg": "x"}}),
+        )
+        .await,
+    );
+    assert_eq!(kind, ErrorCode::NotFound);
+    assert_eq!(details["code"], "tool_not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_calls_a_read_only_tool_at_once_and_a_mutating_one_only_after_approval() {
+    let host = host_with(|dir| Some(tool_app(dir))).await;
+    let listed = call(&host.human, "tools.list", json!({})).await.unwrap();
+    let listed =
+        contract::decode_result::<contract::ours::ToolsList>(listed).expect("strict shape");
+    let ids: Vec<(&str, bool)> = listed
+        .tools
+        .iter()
+        .map(|t| (t.id.as_str(), t.mutates))
+        .collect();
+    assert_eq!(ids, [("say", false), ("touch", true)]);
+    assert_eq!(listed.tools[0].input_schema["required"], json!(["msg"]));
+
+    let said = call(
+        &host.human,
+        "tools.call",
+        json!({"toolId": "say", "input": {"msg": "hello"}}),
+    )
+    .await
+    .expect("read-only tool runs");
+    let said = contract::decode_result::<contract::ours::ToolsCall>(said).expect("strict shape");
+    assert_eq!(said.output, json!("hello\n"));
+    assert_eq!(said.exit_code, 0);
+    assert!(!said.stdout_truncated);
+
+    // The tool's schema is checked before anything runs; its semantic code is in `details`.
+    let (kind, details) = failure(
+        call(
+            &host.human,
+            "tools.call",
+            json!({"toolId": "say", "input": {"msg": 7}}),
+        )
+        .await,
+    );
+    assert_eq!(kind, ErrorCode::InvalidRequest);
+    assert_eq!(details["code"], "input_invalid");
+    assert_eq!(details["field"], "/msg");
+    assert_eq!(details["retryable"], false);
+
+    // `mutates: true` with no console: denied at once, nothing ran.
+    let target = host.data.join("touched");
+    let touch = json!({"toolId": "touch", "input": {"path": target.display().to_string()}});
+    assert_eq!(
+        code(call(&host.human, "tools.call", touch.clone()).await),
+        ErrorCode::ApprovalDenied
+    );
+    assert!(!target.exists());
+
+    // With a console: a denial leaves the disk alone, an approval runs the tool.
+    let mut console = host.plane.approvals().attach_renderer();
+    for resolution in [Resolution::Deny, Resolution::Approve] {
+        let request = call(&host.human, "tools.call", touch.clone());
+        let renderer = async {
+            loop {
+                if let Some(RendererEvent::Approval(ApprovalEvent::Created(a))) =
+                    console.next_event().await
+                {
+                    assert_eq!(a.method, "tools.call");
+                    assert_eq!(a.display["effect"], "destructive");
+                    assert_eq!(a.display["summary"], json!({"toolId": "touch"}));
+                    console.resolve(a.id, &a.scope, resolution).unwrap();
+                    return;
+                }
+            }
+        };
+        let (answer, ()) = tokio::join!(request, renderer);
+        match resolution {
+            Resolution::Deny => {
+                assert_eq!(code(answer), ErrorCode::ApprovalDenied);
+                assert!(!target.exists());
+            }
+            _ => {
+                answer.expect("approved tool runs");
+                assert!(target.exists());
+            }
+        }
+    }
+
+    // Every decision is audited with the resolved effect and never the input.
+    let audit = std::fs::read_dir(host.data.join("local-control/audit"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect::<String>();
+    assert!(audit.contains("\"operation\":\"tools.call\""), "{audit}");
+    assert!(audit.contains("\"effect\":\"destructive\""), "{audit}");
+    assert!(audit.contains("\"effect\":\"compute\""), "{audit}");
+    assert!(
+        !audit.contains("hello"),
+        "the input is not in the audit log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_token_calls_only_tools_that_do_not_mutate() {
+    let host = host_with(|dir| Some(tool_app(dir))).await;
+    let agent = host.agent(&host.plane.issue_agent_token("conv-1").unwrap());
+    let listed = call(&agent, "tools.list", json!({})).await.unwrap();
+    assert_eq!(listed["tools"].as_array().map(Vec::len), Some(2));
+    let said = call(
+        &agent,
+        "tools.call",
+        json!({"toolId": "say", "input": {"msg": "from an agent"}}),
+    )
+    .await
+    .expect("read-only tool");
+    assert_eq!(said["output"], "from an agent\n");
+
+    // A console is attached, yet no approval is even asked for: agents are denied mutating tools outright.
+    let console = host.plane.approvals().attach_renderer();
+    let target = host.data.join("touched-by-agent");
+    let touch = json!({"toolId": "touch", "input": {"path": target.display().to_string()}});
+    assert_eq!(
+        code(call(&agent, "tools.call", touch).await),
+        ErrorCode::PermissionDenied
+    );
+    assert!(console.pending().is_empty());
+    assert!(!target.exists());
+    assert_eq!(
+        code(call(&agent, "tools.call", json!({"toolId": "nope"})).await),
+        ErrorCode::NotFound
+    );
 }

@@ -14,7 +14,6 @@
 //!
 //! [`AuditProjection`]: crate::surface::AuditProjection
 
-use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,7 +21,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::caller::Caller;
 use crate::policy;
@@ -33,111 +31,10 @@ pub const CURRENT_SEGMENT: &str = "audit.jsonl";
 /// The previous segment's file name.
 pub const PREVIOUS_SEGMENT: &str = "audit.1.jsonl";
 
-/// Bounds of canonical JSON (DeepChat's approval canonicalization limits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CanonicalLimits {
-    /// Nesting depth. Default 64; deeper is [`CanonicalError::TooDeep`].
-    pub max_depth: usize,
-    /// Object keys in total. Default 10 000; more is [`CanonicalError::TooManyKeys`].
-    pub max_keys: usize,
-    /// Canonical bytes. Default 1 MiB; more is [`CanonicalError::TooLarge`].
-    pub max_bytes: usize,
-}
-
-impl Default for CanonicalLimits {
-    fn default() -> Self {
-        CanonicalLimits {
-            max_depth: 64,
-            max_keys: 10_000,
-            max_bytes: 1024 * 1024,
-        }
-    }
-}
-
-/// Why a value has no canonical form within [`CanonicalLimits`].
-#[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CanonicalError {
-    /// Nested deeper than `max_depth`.
-    #[error("arguments are nested too deeply")]
-    TooDeep,
-    /// More than `max_keys` object keys.
-    #[error("arguments have too many keys")]
-    TooManyKeys,
-    /// Canonical form longer than `max_bytes`.
-    #[error("arguments are too large")]
-    TooLarge,
-}
-
-impl CanonicalError {
-    /// A stable snake_case code: `too_deep`, `too_many_keys` or `too_large`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            CanonicalError::TooDeep => "too_deep",
-            CanonicalError::TooManyKeys => "too_many_keys",
-            CanonicalError::TooLarge => "too_large",
-        }
-    }
-}
-
-/// The canonical JSON text of `value`: object keys sorted by their UTF-8 bytes, no whitespace, serde_json's
-/// string and number encoding. Independent of serde_json's `preserve_order` feature.
-///
-/// # Errors
-/// A [`CanonicalError`] when a limit is exceeded (checked while writing, so work is bounded too).
-pub fn canonical_json(value: &Value, limits: CanonicalLimits) -> Result<String, CanonicalError> {
-    let mut out = String::new();
-    let mut keys = 0;
-    write_canonical(value, limits, 1, &mut keys, &mut out)?;
-    Ok(out)
-}
-
-fn write_canonical(
-    value: &Value,
-    limits: CanonicalLimits,
-    depth: usize,
-    keys: &mut usize,
-    out: &mut String,
-) -> Result<(), CanonicalError> {
-    if depth > limits.max_depth {
-        return Err(CanonicalError::TooDeep);
-    }
-    match value {
-        Value::Array(items) => {
-            out.push('[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, limits, depth + 1, keys, out)?;
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            *keys += map.len();
-            if *keys > limits.max_keys {
-                return Err(CanonicalError::TooManyKeys);
-            }
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(item, limits, depth + 1, keys, out)?;
-            }
-            out.push('}');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-    if out.len() > limits.max_bytes {
-        return Err(CanonicalError::TooLarge);
-    }
-    Ok(())
-}
+/// Canonical JSON is `agentwire_approval`'s, DeepChat's approval canonicalization (keys in JavaScript's UTF-16
+/// order, `JSON.stringify` strings and numbers, depth 64, 10 000 keys, 1 MiB): the audit hash and the approval
+/// binding hash the same bytes.
+pub use agentwire_approval::{CanonicalError, CanonicalLimits, canonical_json};
 
 /// Lowercase hex SHA-256 of the canonical `{"arguments": projected, "operation": method}`.
 ///
@@ -145,13 +42,8 @@ fn write_canonical(
 /// As [`canonical_json`].
 pub fn arguments_hash(method: &str, projected: &Value) -> Result<String, CanonicalError> {
     let bound = serde_json::json!({ "operation": method, "arguments": projected });
-    let canonical = canonical_json(&bound, CanonicalLimits::default())?;
-    let digest = Sha256::digest(canonical.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    Ok(hex)
+    agentwire_approval::ArgsHash::of(&bound, &CanonicalLimits::default())
+        .map(|hash| hash.to_string())
 }
 
 /// The outcome of a policy decision, on the wire kebab-case (DeepChat `CliPolicyAuditOutcome`).
@@ -386,17 +278,14 @@ mod tests {
     use super::*;
     use crate::surface::Surface;
     use serde_json::json;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn canonical_form_sorts_keys_and_is_order_independent() {
         let a: Value = serde_json::from_str(r#"{"b":1,"a":{"d":[1,"x"],"c":null}}"#).expect("a");
         let b: Value = serde_json::from_str(r#"{"a":{"c":null,"d":[1,"x"]},"b":1}"#).expect("b");
-        let canonical = canonical_json(&a, CanonicalLimits::default()).expect("canonical");
-        assert_eq!(canonical, r#"{"a":{"c":null,"d":[1,"x"]},"b":1}"#);
-        assert_eq!(
-            canonical_json(&b, CanonicalLimits::default()).expect("b"),
-            canonical
-        );
+        let canonical = canonical_json(&a, &CanonicalLimits::default()).expect("canonical");
+        assert_eq!(canonical, br#"{"a":{"c":null,"d":[1,"x"]},"b":1}"#);
         assert_eq!(
             arguments_hash("runs.get", &a).expect("hash"),
             arguments_hash("runs.get", &b).expect("hash")
@@ -409,41 +298,17 @@ mod tests {
     }
 
     #[test]
-    fn canonical_limits_at_and_past_the_boundary() {
-        let limits = CanonicalLimits {
-            max_depth: 3,
-            max_keys: 2,
-            max_bytes: 9,
-        };
-        assert!(canonical_json(&json!([[1]]), limits).is_ok());
-        assert_eq!(
-            canonical_json(&json!([[[1]]]), limits),
-            Err(CanonicalError::TooDeep)
-        );
-        assert!(
-            canonical_json(&json!({"a":1,"b":2}), limits)
-                .is_err_and(|e| e == CanonicalError::TooLarge)
-        );
-        let keys = CanonicalLimits {
-            max_bytes: 1024,
-            ..limits
-        };
-        assert!(canonical_json(&json!({"a":1,"b":2}), keys).is_ok());
-        assert_eq!(
-            canonical_json(&json!({"a":1,"b":{"c":3}}), keys),
-            Err(CanonicalError::TooManyKeys)
-        );
-        assert_eq!(
-            canonical_json(&json!("1234567"), limits)
-                .expect("9 bytes")
-                .len(),
-            9
-        );
-        assert_eq!(
-            canonical_json(&json!("12345678"), limits),
-            Err(CanonicalError::TooLarge)
-        );
-        assert_eq!(CanonicalError::TooDeep.code(), "too_deep");
+    fn the_hash_uses_javascripts_key_order() {
+        // U+10000 is a surrogate pair (0xD800 …) in UTF-16, so JavaScript sorts it before U+E000; UTF-8 byte
+        // order (0xF0 … vs 0xEE …) would put it after.
+        let projected = json!({"\u{e000}": 1, "\u{10000}": 2});
+        let expected = "{\"arguments\":{\"\u{10000}\":2,\"\u{e000}\":1},\"operation\":\"m.x\"}";
+        let digest = Sha256::digest(expected.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(arguments_hash("m.x", &projected).expect("hash"), hex);
+        // Past the limits the projection has no hash (the record is not built).
+        let deep = (0..70).fold(json!(1), |inner, _| json!([inner]));
+        assert!(arguments_hash("m.x", &deep).is_err());
     }
 
     fn record(request_id: &str, params: &Value) -> AuditRecord {

@@ -43,7 +43,8 @@ macro_rules! scopes {
         /// A capability scope an Agent token carries (a human connection holds all of them).
         ///
         /// On the wire the `domain:verb` string, e.g. `"runs:read"`.
-        /// Source: DeepChat `LOCAL_CONTROL_SCOPES` (the same 21 names, in the same order).
+        /// Source: DeepChat `LOCAL_CONTROL_SCOPES` (the same 22 names, in the same order; `ocr:manage` is the
+        /// revision whose `surface.ts` guards `ocr.clearCache` with it).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum Scope {
             $(
@@ -83,6 +84,7 @@ scopes! {
     AudioTranscribe => "audio:transcribe",
     OcrRead => "ocr:read",
     OcrExtract => "ocr:extract",
+    OcrManage => "ocr:manage",
     SessionsRun => "sessions:run",
     RunsRead => "runs:read",
     RunsCancel => "runs:cancel",
@@ -255,9 +257,10 @@ mod tests {
 
     #[test]
     fn scope_names_round_trip_and_match_deepchat_order() {
-        assert_eq!(Scope::ALL.len(), 21);
+        assert_eq!(Scope::ALL.len(), 22);
         assert_eq!(Scope::ALL[0].as_str(), "system:read");
-        assert_eq!(Scope::ALL[20].as_str(), "mcp:write");
+        assert_eq!(Scope::ALL[7].as_str(), "ocr:manage");
+        assert_eq!(Scope::ALL[21].as_str(), "mcp:write");
         for scope in Scope::ALL {
             assert_eq!(Scope::parse(scope.as_str()), Some(*scope));
             let json = serde_json::to_string(scope).expect("serialize");

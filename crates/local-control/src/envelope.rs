@@ -477,7 +477,9 @@ impl<'de> Deserialize<'de> for ResponseEnvelope {
     }
 }
 
-/// A stream position `<incarnation>:<offset>`, `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$`.
+/// A stream position `<incarnation>:<offset>`, `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$`: the offset of the last event
+/// seen (0 = none). The one cursor type: the event hub hands these out and parses clients' with
+/// [`crate::hub::parse_cursor`] (which adds its 256-byte bound).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Cursor {
@@ -522,6 +524,21 @@ impl Cursor {
     /// The wire form.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// A cursor from parts the caller has already validated (the event hub checks its incarnation when it is
+    /// built); no parsing.
+    pub(crate) fn from_valid_parts(incarnation: &str, offset: u64) -> Cursor {
+        Cursor {
+            text: format!("{incarnation}:{offset}"),
+            split: incarnation.len(),
+        }
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 

@@ -21,7 +21,6 @@
 //! DeepChat `localControl.ts` stream records.
 
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -116,56 +115,21 @@ impl HubError {
     }
 }
 
-/// A stream position: `<incarnation>:<offset>`, the offset of the last event seen (0 = none).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Cursor {
-    incarnation: String,
-    offset: u64,
-}
+pub use crate::envelope::Cursor;
 
-impl Cursor {
-    /// Parses `<incarnation>:<offset>`.
-    ///
-    /// # Errors
-    /// [`HubError::InvalidCursor`] unless the text matches `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$` within 256 bytes
-    /// and the offset fits in a `u64`.
-    pub fn parse(text: &str) -> Result<Cursor, HubError> {
-        if text.len() > 256 {
-            return Err(HubError::InvalidCursor);
-        }
-        let (incarnation, offset) = text.split_once(':').ok_or(HubError::InvalidCursor)?;
-        let incarnation_ok = !incarnation.is_empty()
-            && incarnation
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        let offset_ok = !offset.is_empty()
-            && offset.bytes().all(|b| b.is_ascii_digit())
-            && (offset == "0" || !offset.starts_with('0'));
-        if !incarnation_ok || !offset_ok {
-            return Err(HubError::InvalidCursor);
-        }
-        let offset = offset.parse().map_err(|_| HubError::InvalidCursor)?;
-        Ok(Cursor {
-            incarnation: incarnation.to_owned(),
-            offset,
-        })
-    }
+/// Longest cursor the hub accepts, bytes (its own are at most 128 + 1 + 20).
+pub const MAX_CURSOR_BYTES: usize = 256;
 
-    /// The stream incarnation.
-    pub fn incarnation(&self) -> &str {
-        &self.incarnation
+/// Parses a client's cursor `<incarnation>:<offset>` (the wire [`Cursor`]) within [`MAX_CURSOR_BYTES`].
+///
+/// # Errors
+/// [`HubError::InvalidCursor`] unless the text matches `^[A-Za-z0-9_-]+:(0|[1-9][0-9]*)$` within 256 bytes
+/// and the offset fits in a `u64`.
+pub fn parse_cursor(text: &str) -> Result<Cursor, HubError> {
+    if text.len() > MAX_CURSOR_BYTES {
+        return Err(HubError::InvalidCursor);
     }
-
-    /// The offset of the last event seen.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-}
-
-impl fmt::Display for Cursor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.incarnation, self.offset)
-    }
+    Cursor::parse(text).ok_or(HubError::InvalidCursor)
 }
 
 /// One published event. Shared (`Arc`) between retention and subscriber queues.
@@ -367,10 +331,8 @@ impl HubCore {
     }
 
     fn cursor_at(&self, offset: u64) -> Cursor {
-        Cursor {
-            incarnation: self.incarnation.clone(),
-            offset,
-        }
+        // The incarnation was validated when the hub was built.
+        Cursor::from_valid_parts(&self.incarnation, offset)
     }
 
     /// Starts tracking a run so that it can publish and be subscribed to.
@@ -555,12 +517,12 @@ impl HubCore {
         if self.closed {
             return Err(HubError::Closed);
         }
-        let cursor = cursor.map(Cursor::parse).transpose()?;
+        let cursor = cursor.map(parse_cursor).transpose()?;
         if let Some(cursor) = &cursor {
-            if cursor.incarnation != self.incarnation {
+            if cursor.incarnation() != self.incarnation {
                 return Err(HubError::ForeignCursor);
             }
-            if cursor.offset > self.last_offset {
+            if cursor.offset() > self.last_offset {
                 return Err(HubError::InvalidCursor);
             }
         }
@@ -910,11 +872,11 @@ mod tests {
     #[test]
     fn cursor_syntax() {
         for good in ["a:0", "A-b_9:1", "x:18446744073709551615"] {
-            let cursor = Cursor::parse(good).expect(good);
+            let cursor = parse_cursor(good).expect(good);
             assert_eq!(cursor.to_string(), good);
         }
         let long_ok = format!("{}:1", "a".repeat(254));
-        assert!(Cursor::parse(&long_ok).is_ok());
+        assert!(parse_cursor(&long_ok).is_ok());
         let too_long = format!("{}:1", "a".repeat(255));
         for bad in [
             "",
@@ -929,7 +891,7 @@ mod tests {
             "a/b:1",
             too_long.as_str(),
         ] {
-            assert_eq!(Cursor::parse(bad), Err(HubError::InvalidCursor), "{bad}");
+            assert_eq!(parse_cursor(bad), Err(HubError::InvalidCursor), "{bad}");
         }
     }
 

@@ -377,6 +377,38 @@ mod tests {
     }
 
     #[test]
+    fn tools_call_fails_closed_until_the_shell_resolves_mutates() {
+        let surface = Surface::standard();
+        let spec = surface.get("tools.call").expect("tools.call");
+        let params = json!({"toolId": "echo", "input": {}});
+        let human = Caller::human("conn-h");
+        let agent = agent_with(&[Scope::SkillsRead], "conv-1");
+        // Unresolved: the strictest row.
+        assert_eq!(decide(&human, spec, &params), Decision::NeedsApproval);
+        assert_eq!(
+            decide(&agent, spec, &params),
+            Decision::Deny(PolicyError::EffectDenied)
+        );
+        // `mutates: false` resolved by the shell: allowed for both.
+        let compute = spec.with_effect(Effect::Compute).expect("declared");
+        assert_eq!(decide(&human, &compute, &params), Decision::Allow);
+        assert_eq!(decide(&agent, &compute, &params), Decision::Allow);
+        assert_eq!(resolve_effect(&compute, &params), Effect::Compute);
+        // Without `skills:read` an agent calls no tool at all.
+        let no_scope = agent_with(&[Scope::RunsRead], "conv-1");
+        assert_eq!(
+            decide(&no_scope, &compute, &params),
+            Decision::Deny(PolicyError::MissingScope)
+        );
+        // An effect the method does not declare is refused.
+        assert_eq!(
+            spec.with_effect(Effect::Credential)
+                .expect_err("undeclared"),
+            PolicyError::Misconfigured
+        );
+    }
+
+    #[test]
     fn effect_table_every_row() {
         use EffectDecision::{Allow, Approval, Deny};
         // (effect, human, agent with no opt-in, agent Allow, agent Approval)
@@ -459,6 +491,15 @@ mod tests {
                 "runs.exportTranscript",
                 Decision::Allow,
                 denied_caller.clone(),
+            ),
+            ("agentTokens.issue", Decision::Allow, denied_caller.clone()),
+            ("agentTokens.revoke", Decision::Allow, denied_caller.clone()),
+            ("tools.list", Decision::Allow, Decision::Allow),
+            // Unresolved (no bundle): the strictest row; the host resolves `mutates:` first.
+            (
+                "tools.call",
+                Decision::NeedsApproval,
+                Decision::Deny(PolicyError::EffectDenied),
             ),
         ];
         assert_eq!(rows.len() + 1, Surface::standard().specs().len());

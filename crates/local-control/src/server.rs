@@ -93,22 +93,9 @@ impl Route {
     }
 }
 
-/// A well-formed bearer token other than the descriptor's; the [`Service`] decides what it is. `Debug` hides it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AgentToken(String);
-
-impl AgentToken {
-    /// The secret text; do not log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for AgentToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("AgentToken(***)")
-    }
-}
+/// A well-formed bearer token other than the descriptor's, as presented; the [`Service`] decides what it is
+/// (the same type the token authority issues). `Debug` hides it.
+pub use crate::tokens::AgentToken;
 
 /// Which token the request presented.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -908,7 +895,7 @@ fn authenticate<S: Service>(
     if bool::from(presented_hash.ct_eq(&shared.human_token_hash)) {
         return Ok(PresentedToken::Human);
     }
-    let agent = AgentToken(presented.expose().to_owned());
+    let agent = AgentToken::presented(presented.expose().to_owned());
     shared
         .service
         .authenticate_agent(&agent)
@@ -990,25 +977,8 @@ async fn handle_json<S: Service>(
     let body = read_bounded(request.into_body(), route.max_body_bytes, &ctx.cancel).await?;
     let value = json_limits::parse(&body, shared.limits.json)
         .map_err(|error| Failure::new(ErrorCode::InvalidRequest, &error.to_string()))?;
-    let id = value
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|id| is_valid_request_id(id))
-        .unwrap_or(UNKNOWN_REQUEST_ID)
-        .to_owned();
-    check_versions(&value, &id)?;
-    let envelope: RequestEnvelope = serde_json::from_value(value).map_err(|_| {
-        Failure::from_body(
-            &id,
-            ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                "request does not match the rpc contract",
-            ),
-        )
-    })?;
-    envelope
-        .validate()
-        .map_err(|error| Failure::from_body(&id, error))?;
+    let (envelope, id) =
+        decode_envelope::<RequestEnvelope>(value, "rpc", RequestEnvelope::validate)?;
     if envelope.method != declared_method {
         return Err(Failure::from_body(
             &id,
@@ -1045,6 +1015,33 @@ async fn handle_json<S: Service>(
     .await
     .map_err(|error| Failure::from_body(&id, error))?;
     Ok(start_stream(shared, ctx, grant, envelope, route, pending))
+}
+
+/// The request id (or [`UNKNOWN_REQUEST_ID`] when it is missing or invalid, for the error's envelope), the
+/// versions, the `contract`'s shape and its `validate` check of a parsed request envelope, in that order.
+fn decode_envelope<T: serde::de::DeserializeOwned>(
+    value: Value,
+    contract: &str,
+    validate: fn(&T) -> Result<(), ErrorBody>,
+) -> Result<(T, String), Failure> {
+    let id = value
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| is_valid_request_id(id))
+        .unwrap_or(UNKNOWN_REQUEST_ID)
+        .to_owned();
+    check_versions(&value, &id)?;
+    let envelope: T = serde_json::from_value(value).map_err(|_| {
+        Failure::from_body(
+            &id,
+            ErrorBody::new(
+                ErrorCode::InvalidRequest,
+                format!("request does not match the {contract} contract"),
+            ),
+        )
+    })?;
+    validate(&envelope).map_err(|error| Failure::from_body(&id, error))?;
+    Ok((envelope, id))
 }
 
 fn check_versions(value: &Value, id: &str) -> Result<(), Failure> {
@@ -1150,25 +1147,8 @@ fn parse_upload_header(
         return Err(invalid("upload request header is not canonical base64url"));
     }
     let value = json_limits::parse(&decoded, json).map_err(|error| invalid(&error.to_string()))?;
-    let id = value
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|id| is_valid_request_id(id))
-        .unwrap_or(UNKNOWN_REQUEST_ID)
-        .to_owned();
-    check_versions(&value, &id)?;
-    let envelope: UploadRequestEnvelope = serde_json::from_value(value).map_err(|_| {
-        Failure::from_body(
-            &id,
-            ErrorBody::new(
-                ErrorCode::InvalidRequest,
-                "request does not match the upload contract",
-            ),
-        )
-    })?;
-    envelope
-        .validate()
-        .map_err(|error| Failure::from_body(&id, error))?;
+    let (envelope, _) =
+        decode_envelope::<UploadRequestEnvelope>(value, "upload", UploadRequestEnvelope::validate)?;
     Ok(envelope)
 }
 

@@ -215,6 +215,21 @@ pub struct MethodSpec {
 }
 
 impl MethodSpec {
+    /// This spec with its effect fixed to `effect`, for a shell that resolves a [`EffectRule::Derived`] effect
+    /// from state the resolver cannot see (the host resolves `tools.call` from the loaded app bundle), so that
+    /// [`policy::decide`] and the audit record use the resolved effect.
+    ///
+    /// # Errors
+    /// [`PolicyError::Misconfigured`] when `effect` is not one of the method's possible effects.
+    pub fn with_effect(&self, effect: Effect) -> Result<MethodSpec, PolicyError> {
+        if !self.effect.possible().contains(&effect) {
+            return Err(PolicyError::Misconfigured);
+        }
+        let mut spec = self.clone();
+        spec.effect = EffectRule::Fixed(effect);
+        Ok(spec)
+    }
+
     /// The `cli.capabilities` entry for this method.
     pub fn capability(&self) -> Capability {
         Capability {
@@ -283,7 +298,7 @@ pub struct Surface {
 impl Surface {
     /// The surface this host serves: DeepChat's CLI diagnostics, detached runs, run/event/artifact and public
     /// settings methods (issue 7), plus agentwire's own `threads.list`, `threads.get`,
-    /// `approvals.listPending` and `runs.exportTranscript`.
+    /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`.
     pub fn standard() -> Surface {
         match Surface::from_specs(standard_specs()) {
             Ok(surface) => surface,
@@ -370,27 +385,9 @@ fn validate_spec(spec: &MethodSpec) -> Result<(), SurfaceError> {
     Ok(())
 }
 
-/// Whether `name` is a method name: `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 bytes.
-///
-/// Source: DeepChat `LocalControlMethodSchema`.
-pub fn is_method_name(name: &str) -> bool {
-    if name.len() < 3 || name.len() > 128 {
-        return false;
-    }
-    let mut segments = 0;
-    for segment in name.split('.') {
-        let mut bytes = segment.bytes();
-        match bytes.next() {
-            Some(first) if first.is_ascii_lowercase() => {}
-            _ => return false,
-        }
-        if !bytes.all(|b| b.is_ascii_alphanumeric()) {
-            return false;
-        }
-        segments += 1;
-    }
-    segments >= 2
-}
+/// Whether `name` is a method name: `^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$`, 3..=128 bytes (DeepChat
+/// `LocalControlMethodSchema`). The one check, shared with the envelope's [`crate::envelope::is_valid_method`].
+pub use crate::envelope::is_valid_method as is_method_name;
 
 /// Keeps the listed top-level fields of `params` whose values are JSON scalars (strings, numbers, booleans,
 /// null); anything else, and any non-object `params`, projects to `{}`. DeepChat `selectAuditFields`.
@@ -454,6 +451,18 @@ fn settings_update_effect(params: &Value) -> Effect {
         Effect::SecurityConfig
     }
 }
+
+/// The effect of `tools.call` as far as the surface can tell: `destructive`, because the tool's `mutates:`
+/// lives in the app bundle, which only the host sees. The host resolves the real effect (`compute` for
+/// `mutates: false`, `destructive` for `mutates: true`) and decides with [`MethodSpec::with_effect`]; a shell
+/// that does not is failed closed (humans need an approval, agents are denied).
+fn tools_call_effect(_params: &Value) -> Effect {
+    Effect::Destructive
+}
+
+/// Effects of `tools.call`: `compute` (a tool whose TOOL.md says `mutates: false`) or `destructive`
+/// (`mutates: true`: we cannot know what it changes, so it gets the strictest row: human approval, agents denied).
+pub const TOOLS_CALL_EFFECTS: &[Effect] = &[Effect::Compute, Effect::Destructive];
 
 fn settings_update_agent_input(params: &Value) -> bool {
     setting_change_keys(params)
@@ -735,6 +744,37 @@ fn standard_specs() -> Vec<MethodSpec> {
             audit: AuditProjection::Fields(&["tokenId"]),
             limits: DIAGNOSTIC_LIMITS,
         },
+        // The app bundle's tools (`awp-host serve --app DIR`), under DeepChat's `skills:read`: its client accepts
+        // only its own scope names, and app-bundled tools are the nearest of its domains. The per-tool gate is
+        // `mutates:` (see `tools_call_effect`), so an agent token holding `skills:read` may call exactly the
+        // tools that say `mutates: false`.
+        read(
+            "tools.list",
+            HUMAN_AND_AGENT,
+            &[Scope::SkillsRead],
+            AuditProjection::Nothing,
+            DIAGNOSTIC_LIMITS,
+        ),
+        MethodSpec {
+            method: "tools.call",
+            effect: EffectRule::Derived {
+                possible: TOOLS_CALL_EFFECTS,
+                resolve: tools_call_effect,
+            },
+            callers: HUMAN_AND_AGENT,
+            scopes: &[Scope::SkillsRead],
+            transport: Transport::Rpc,
+            approval: ApprovalMode::Policy,
+            agent_policy: None,
+            agent_input_allowed: None,
+            // The tool id only: the input may carry anything, including text a secret was pasted into.
+            audit: AuditProjection::Fields(&["toolId"]),
+            // 1 MiB of input (as `awp-host tools call --input`); the tool's own timeout applies inside.
+            limits: RouteLimits {
+                max_body_bytes: MIB + 16 * KIB,
+                timeout: Duration::from_secs(10 * 60),
+            },
+        },
     ]
 }
 
@@ -745,8 +785,8 @@ mod tests {
     #[test]
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
-        assert_eq!(surface.specs().len(), 19);
-        assert_eq!(Surface::standard().specs().len(), 19);
+        assert_eq!(surface.specs().len(), 21);
+        assert_eq!(Surface::standard().specs().len(), 21);
     }
 
     #[test]

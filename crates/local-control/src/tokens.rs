@@ -23,13 +23,20 @@ use subtle::ConstantTimeEq;
 
 use crate::caller::Scope;
 
-/// An Agent token's secret value. `Debug` prints `AgentToken(<redacted>)`; read it with [`expose`](Self::expose)
-/// only to hand it to the Agent's environment (`DEEPCHAT_CLI_AGENT_TOKEN`).
+/// An Agent token's secret value: one [`TokenAuthority::issue`] made, or one a client presented (the server
+/// hands those to [`Service::authenticate_agent`](crate::server::Service::authenticate_agent) unchecked).
+/// `Debug` prints `AgentToken(<redacted>)`; read it with [`expose`](Self::expose) only to hand it to the Agent's
+/// environment (`DEEPCHAT_CLI_AGENT_TOKEN`) or to check it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AgentToken(String);
 
 impl AgentToken {
-    /// The token text (43 base64url characters).
+    /// A token as a client presented it (any well-formed bearer text; not checked here).
+    pub(crate) fn presented(text: String) -> AgentToken {
+        AgentToken(text)
+    }
+
+    /// The token text (43 base64url characters for an issued token).
     pub fn expose(&self) -> &str {
         &self.0
     }

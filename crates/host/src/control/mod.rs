@@ -16,6 +16,7 @@
 pub mod approver;
 mod runs;
 pub mod settings;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -51,7 +52,9 @@ pub use runs::RunBridge;
 pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
-/// read the host's status and public settings. Never `sessions:run` (an agent cannot start runs).
+/// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token). Never `sessions:run` (an
+/// agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
     Scope::RunsRead,
@@ -59,6 +62,7 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ArtifactsRead,
     Scope::ArtifactsManage,
     Scope::SettingsRead,
+    Scope::SkillsRead,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -74,6 +78,9 @@ pub struct ControlConfig {
     pub turn_options: TurnOptions,
     /// Approval timeout. Default 2 min (DeepChat's).
     pub approval_timeout: Duration,
+    /// The app bundle whose tools `tools.list`/`tools.call` serve (`awp-host serve --app DIR`), loaded with
+    /// [`tools::tool_limits`]. Default `None`: `tools.list` answers `[]` and `tools.call` `not_found`.
+    pub app: Option<PathBuf>,
 }
 
 impl ControlConfig {
@@ -85,6 +92,7 @@ impl ControlConfig {
             deepchat_dir: None,
             turn_options: TurnOptions::default(),
             approval_timeout: Duration::from_secs(120),
+            app: None,
         }
     }
 }
@@ -101,6 +109,20 @@ pub enum ControlError {
         /// Why it failed.
         message: String,
     },
+    /// The app bundle of [`ControlConfig::app`] did not load (code `manifest_*`, `cwd_escape`, …; the error
+    /// names the file, line and field).
+    #[error("app bundle: {0}")]
+    App(#[from] agentwire_cli_driver::LoadError),
+}
+
+impl ControlError {
+    /// A stable snake_case code: `local_control_setup`, or the app bundle's load code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ControlError::Setup { .. } => "local_control_setup",
+            ControlError::App(e) => e.code(),
+        }
+    }
 }
 
 /// Counters the transport reports for `cli.status` (set once the server runs).
@@ -128,6 +150,10 @@ pub(crate) struct Inner {
     pub(crate) bridge: RunBridge,
     pub(crate) settings: Mutex<settings::Settings>,
     pub(crate) stats: OnceLock<Arc<dyn ServerStats>>,
+    pub(crate) app: Option<Arc<agentwire_cli_driver::AppBundle>>,
+    /// The host environment at open, the source of the tools' `sandbox.env.pass` and secrets (as for
+    /// `awp-host tools call`).
+    pub(crate) tool_env: std::collections::BTreeMap<String, String>,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -168,11 +194,19 @@ impl ControlPlane {
     /// stale spool files of an earlier start), the audit log and the settings, and the run manager.
     ///
     /// # Errors
-    /// [`ControlError::Setup`] when a directory or file cannot be prepared.
+    /// [`ControlError::Setup`] when a directory or file cannot be prepared; [`ControlError::App`] when
+    /// [`ControlConfig::app`] does not load.
     pub async fn open(
         config: ControlConfig,
         registry: Arc<AgentRegistry>,
     ) -> Result<ControlPlane, ControlError> {
+        let app = match &config.app {
+            Some(dir) => Some(Arc::new(agentwire_cli_driver::AppBundle::load_with(
+                dir,
+                tools::tool_limits(),
+            )?)),
+            None => None,
+        };
         let control_dir = config.data_dir.join("local-control");
         crate::paths::create_private_dir(&control_dir)
             .map_err(|e| setup_error("local-control directory")(e.to_string()))?;
@@ -201,6 +235,8 @@ impl ControlPlane {
             bridge: RunBridge::default(),
             settings: Mutex::new(settings::Settings::load(&config.data_dir)),
             stats: OnceLock::new(),
+            app,
+            tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -248,6 +284,11 @@ impl ControlPlane {
     /// Gives `cli.status` the transport's counters.
     pub fn set_server_stats(&self, stats: Arc<dyn ServerStats>) {
         let _ = self.inner.stats.set(stats);
+    }
+
+    /// The loaded app bundle (`ControlConfig::app`), if any.
+    pub fn app(&self) -> Option<&agentwire_cli_driver::AppBundle> {
+        self.inner.app.as_deref()
     }
 
     /// The approval broker (attach the approvals console as a renderer).
@@ -527,6 +568,30 @@ impl ControlPlane {
                 return Err(policy_error(&e));
             }
         };
+        // `tools.call`: the effect comes from the tool's `mutates:` in the loaded bundle, which the surface's
+        // resolver cannot see; an unknown tool is `not_found` before any approval is asked for.
+        let resolved;
+        let spec = if spec.method == contract::ours::ToolsCall::NAME {
+            let tool = tools::tool_id(params).unwrap_or_default();
+            let resolved_spec =
+                match tools::effect(self.inner.app.as_deref(), tool).map(|e| spec.with_effect(e)) {
+                    Some(Ok(resolved_spec)) => resolved_spec,
+                    Some(Err(e)) => {
+                        self.audit(&caller, spec, params, Outcome::Denied, request_id);
+                        release(token);
+                        return Err(policy_error(&e));
+                    }
+                    None => {
+                        self.audit(&caller, spec, params, Outcome::Denied, request_id);
+                        release(token);
+                        return Err(tools::not_loaded(tool));
+                    }
+                };
+            resolved = resolved_spec;
+            &resolved
+        } else {
+            spec
+        };
         match policy::decide(&caller, spec, params) {
             Decision::Allow => {}
             Decision::Deny(e) => {
@@ -757,13 +822,10 @@ impl ControlPlane {
             }
             cli::Capabilities::NAME => {
                 params::<cli::Capabilities>(p)?;
-                let capabilities = serde_json::to_value(self.inner.surface.capabilities())
-                    .and_then(serde_json::from_value)
-                    .map_err(|e| error(ErrorCode::InternalError, format!("capabilities: {e}")))?;
                 result::<cli::Capabilities>(&cli::CapabilitiesResult {
                     protocol_version: contract::PROTOCOL_VERSION,
                     surface_version: contract::SURFACE_VERSION,
-                    capabilities,
+                    capabilities: self.inner.surface.capabilities(),
                 })
             }
             cli::Doctor::NAME => {
@@ -793,6 +855,14 @@ impl ControlPlane {
             ours::ApprovalsListPending::NAME => {
                 params::<ours::ApprovalsListPending>(p)?;
                 result::<ours::ApprovalsListPending>(&self.pending_approvals())
+            }
+            ours::ToolsList::NAME => {
+                params::<ours::ToolsList>(p)?;
+                tools::list(self)
+            }
+            ours::ToolsCall::NAME => {
+                let params = params::<ours::ToolsCall>(p)?;
+                tools::call(self, ctx, params).await
             }
             ours::RunsExportTranscript::NAME => {
                 let params = params::<ours::RunsExportTranscript>(p)?;

@@ -842,8 +842,7 @@ pub(super) async fn subscribe(
         }
     };
     let mut subscription = subscription;
-    let head = WireCursor::parse(&hub.head().to_string())
-        .ok_or_else(|| error(ErrorCode::InternalError, "hub cursor"))?;
+    let head = hub.head();
     let mut last_cursor = params
         .cursor
         .as_deref()
@@ -892,8 +891,7 @@ pub(super) async fn subscribe(
         match item {
             None => break,
             Some(SubscriptionItem::Event(event)) => {
-                let cursor = WireCursor::parse(&hub.cursor_of(&event).to_string())
-                    .ok_or_else(|| error(ErrorCode::InternalError, "hub cursor"))?;
+                let cursor = hub.cursor_of(&event);
                 sink.emit_with(
                     event.event(),
                     event.data().clone(),

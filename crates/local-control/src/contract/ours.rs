@@ -1,5 +1,5 @@
 //! agentwire's additive methods: `threads.list`, `threads.get`, `approvals.listPending`,
-//! `runs.exportTranscript`.
+//! `runs.exportTranscript`, `tools.list`, `tools.call`.
 //!
 //! These are **ours**, not DeepChat's: DeepChat has no such routes, so no DeepChat client calls them.
 //! They follow the same conventions (camelCase, strict params, `null` for "known absent", limits checked
@@ -264,6 +264,130 @@ impl Validate for ExportTranscriptResult {
     }
 }
 
+/// Longest tool id, characters (agentproto ids are short kebab-case names).
+pub const TOOL_ID_MAX_CHARACTERS: usize = 128;
+
+/// One tool of the loaded app bundle (strict), from its TOOL.md.
+///
+/// `{"id":"echo","name":"Echo","description":"Prints its message back.","mutates":false,"inputSchema":{"type":"object"}}`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolSummary {
+    /// Tool id (`id:` of TOOL.md), 1..=128 characters.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// One-line description.
+    pub description: String,
+    /// Whether the tool changes something (`mutates:`); `true` needs a console approval for humans and is
+    /// refused to agents.
+    pub mutates: bool,
+    /// The tool's input JSON Schema (`inputs:`), `{}` when it declares none.
+    pub input_schema: serde_json::Value,
+}
+
+impl Validate for ToolSummary {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("id", &self.id, 1, TOOL_ID_MAX_CHARACTERS)
+    }
+}
+
+/// Result of `tools.list` (strict): the loaded bundle's tools in id order; empty when the host loaded no app.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolListResult {
+    /// The tools.
+    pub tools: Vec<ToolSummary>,
+}
+
+impl Validate for ToolListResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        self.tools.iter().try_for_each(Validate::validate)
+    }
+}
+
+/// Params of `tools.call` (strict): `{"toolId":"echo","input":{"msg":"hi"}}`; `input` defaults to `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallParams {
+    /// Tool id, 1..=128 characters.
+    pub tool_id: String,
+    /// The tool's input, checked against its schema by the driver (`input_invalid` in `details.code`).
+    #[serde(default = "empty_object")]
+    pub input: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl Validate for ToolCallParams {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("toolId", &self.tool_id, 1, TOOL_ID_MAX_CHARACTERS)
+    }
+}
+
+/// How a tool's stdout was read: parsed JSON or text (the driver's `outputFormat`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolOutputFormat {
+    /// `output` is the parsed JSON value.
+    Json,
+    /// `output` is a string.
+    Text,
+}
+
+/// Result of `tools.call` (strict): the tool ran and exited 0 (or with a code its manifest maps to success).
+///
+/// `{"toolId":"echo","outputFormat":"text","output":"hi\n","exitCode":0,"stdoutTruncated":false,"stderr":"","stderrTruncated":false}`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallResult {
+    /// The tool that ran.
+    pub tool_id: String,
+    /// `json` or `text`.
+    pub output_format: ToolOutputFormat,
+    /// The output: a JSON value, or the text (redacted).
+    pub output: serde_json::Value,
+    /// The tool's exit code.
+    pub exit_code: i32,
+    /// Whether stdout went past the host's bound (the rest was discarded).
+    pub stdout_truncated: bool,
+    /// The tail of stderr (redacted).
+    pub stderr: String,
+    /// Whether older stderr bytes were dropped.
+    pub stderr_truncated: bool,
+}
+
+impl Validate for ToolCallResult {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_len("toolId", &self.tool_id, 1, TOOL_ID_MAX_CHARACTERS)?;
+        if self.output_format == ToolOutputFormat::Text && !self.output.is_string() {
+            return Err(ContractError::field("output", Problem::Inconsistent));
+        }
+        Ok(())
+    }
+}
+
+/// `tools.list` (ours): `{}` → [`ToolListResult`].
+#[derive(Debug, Clone, Copy)]
+pub struct ToolsList;
+impl Method for ToolsList {
+    const NAME: &'static str = "tools.list";
+    type Params = NoParams;
+    type Result = ToolListResult;
+}
+
+/// `tools.call` (ours): [`ToolCallParams`] → [`ToolCallResult`]. A failed call is an error envelope whose
+/// `details` carry the tool's semantic code (`{"code":"auth_required","retryable":false,"exitCode":4,…}`).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolsCall;
+impl Method for ToolsCall {
+    const NAME: &'static str = "tools.call";
+    type Params = ToolCallParams;
+    type Result = ToolCallResult;
+}
+
 /// `threads.list` (ours): [`ThreadListParams`] → [`ThreadListResult`].
 #[derive(Debug, Clone, Copy)]
 pub struct ThreadsList;
@@ -396,6 +520,26 @@ mod tests {
         assert!(decode_params::<ThreadsList>(json!({"cursor":"c".repeat(512)})).is_ok());
         assert!(decode_params::<ThreadsList>(json!({"cursor":"c".repeat(513)})).is_err());
         assert!(decode_params::<ThreadsList>(json!({"other":1})).is_err());
+    }
+
+    #[test]
+    fn tool_call_params_bounds_and_default_input() {
+        let p = decode_params::<ToolsCall>(json!({"toolId":"echo"})).unwrap();
+        assert_eq!(p.input, json!({}));
+        assert!(decode_params::<ToolsCall>(json!({"toolId":"t".repeat(128)})).is_ok());
+        assert!(decode_params::<ToolsCall>(json!({"toolId":"t".repeat(129)})).is_err());
+        assert!(decode_params::<ToolsCall>(json!({"toolId":""})).is_err());
+        assert!(decode_params::<ToolsCall>(json!({"toolId":"a","other":1})).is_err());
+        let text = ToolCallResult {
+            tool_id: "echo".into(),
+            output_format: ToolOutputFormat::Text,
+            output: json!({"not":"text"}),
+            exit_code: 0,
+            stdout_truncated: false,
+            stderr: String::new(),
+            stderr_truncated: false,
+        };
+        assert!(text.validate().is_err());
     }
 
     #[test]
