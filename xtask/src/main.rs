@@ -3,7 +3,8 @@
 //! - `cargo xtask ci`: what CI runs — installs the OS tools the tests need when missing (Debian packages), then
 //!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
 //! - `cargo xtask bench`: every criterion bench in the workspace, summarized with ratios into `docs/benchmarks.md`.
-//! - `cargo xtask fuzz jsonl --seconds N`: the `cargo fuzz` target of agentwire-jsonl for N seconds.
+//! - `cargo xtask fuzz <target>|all --seconds N`: a `cargo fuzz` target (or every one, one after the other) for N
+//!   seconds each; see `docs/fuzzing.md`.
 //! - `cargo xtask conformance`: `awp-host check` against the bundled and fixture agents, or any agent CLI.
 //!
 //! xtask runs build tools (cargo, git), never agents, so it is the one place besides `agentwire-process` that may
@@ -43,14 +44,18 @@ enum Task {
         #[arg(long)]
         report_only: bool,
     },
-    /// Run a cargo-fuzz target for a bounded time (needs `cargo install cargo-fuzz`).
+    /// Run a cargo-fuzz target, or `all` of them one after the other, for a bounded time each (needs
+    /// `cargo install cargo-fuzz`; runs on stable through RUSTC_BOOTSTRAP). See docs/fuzzing.md.
     Fuzz {
-        /// The fuzz target (see fuzz/Cargo.toml).
-        #[arg(value_parser = ["jsonl"])]
+        /// The fuzz target (see fuzz/Cargo.toml), or `all`.
+        #[arg(value_parser = FUZZ_TARGETS.iter().copied().chain(["all"]).collect::<Vec<_>>())]
         target: String,
-        /// How long to fuzz, in seconds.
+        /// How long to fuzz each target, in seconds.
         #[arg(long, default_value_t = 60)]
         seconds: u64,
+        /// Where cargo-fuzz builds (default: fuzz/target).
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
     },
     /// Check agent CLIs against the protocols with `awp-host check`.
     ///
@@ -72,7 +77,11 @@ fn main() -> Result<()> {
     match cli.task {
         Task::Ci => ci(&root),
         Task::Bench { quick, report_only } => bench(&root, quick, report_only),
-        Task::Fuzz { target, seconds } => fuzz(&root, &target, seconds),
+        Task::Fuzz {
+            target,
+            seconds,
+            target_dir,
+        } => fuzz(&root, &target, seconds, target_dir.as_deref()),
         Task::Conformance { protocol, command } => conformance(&root, &protocol, &command),
     }
 }
@@ -249,26 +258,64 @@ fn machine_description() -> String {
     )
 }
 
-fn fuzz(root: &Path, target: &str, seconds: u64) -> Result<()> {
+/// The cargo-fuzz targets in `fuzz/Cargo.toml`, in the order `cargo xtask fuzz all` runs them.
+const FUZZ_TARGETS: &[&str] = &[
+    "jsonl",
+    "jsonrpc",
+    "awp",
+    "agentctl_router",
+    "acp",
+    "local_control",
+    "cli_driver",
+];
+
+fn fuzz(root: &Path, target: &str, seconds: u64, target_dir: Option<&Path>) -> Result<()> {
     let probe = cargo().args(["fuzz", "--version"]).output();
     if !matches!(probe, Ok(ref o) if o.status.success()) {
-        bail!("cargo-fuzz is not installed: run `cargo install cargo-fuzz` first");
+        bail!(
+            "cargo-fuzz is not installed: run `cargo install cargo-fuzz` first (it runs on stable here through \
+             RUSTC_BOOTSTRAP=1)"
+        );
     }
-    let mut cmd = cargo();
-    cmd.args([
-        "fuzz",
-        "run",
-        "--fuzz-dir",
-        "fuzz",
-        "--sanitizer",
-        "none",
-        target,
-        "--",
-    ])
-    .arg(format!("-max_total_time={seconds}"))
-    // cargo-fuzz passes -Z flags; the stable toolchain accepts them with RUSTC_BOOTSTRAP.
-    .env("RUSTC_BOOTSTRAP", "1");
-    run(root, cmd)
+    let targets: Vec<&str> = if target == "all" {
+        FUZZ_TARGETS.to_vec()
+    } else {
+        vec![target]
+    };
+    let mut failed = Vec::new();
+    for target in targets {
+        eprintln!("xtask: fuzzing `{target}` for {seconds} s");
+        let mut cmd = cargo();
+        cmd.args(["fuzz", "run", "--fuzz-dir", "fuzz", "--sanitizer", "none"]);
+        if let Some(dir) = target_dir {
+            cmd.arg("--target-dir").arg(dir);
+        }
+        // The working corpus (gitignored, grows) first: libFuzzer adds new inputs there; then the committed seeds.
+        let corpus = root.join("fuzz/corpus").join(target);
+        std::fs::create_dir_all(&corpus)
+            .with_context(|| format!("could not create {}", corpus.display()))?;
+        cmd.arg(target).arg(&corpus);
+        let seeds = root.join("fuzz/seeds").join(target);
+        if seeds.is_dir() {
+            cmd.arg(seeds);
+        }
+        cmd.arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg("-print_final_stats=1")
+            // cargo-fuzz passes -Z flags; the stable toolchain accepts them with RUSTC_BOOTSTRAP.
+            .env("RUSTC_BOOTSTRAP", "1");
+        if let Err(error) = run(root, cmd) {
+            eprintln!("xtask: fuzz target `{target}` failed: {error:#}");
+            failed.push(target);
+        }
+    }
+    if !failed.is_empty() {
+        bail!(
+            "fuzz targets failed: {} (crash inputs are in fuzz/artifacts/<target>/)",
+            failed.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn conformance(root: &Path, protocol: &str, command: &[String]) -> Result<()> {

@@ -449,21 +449,19 @@ impl Client {
             .client_capabilities(self.inner.capabilities.clone())
             .client_info(self.inner.config.client_info.clone());
         let answer = self.call(METHOD, to_params(&request)?).await?;
-        let (dialect, response) = match answer.get("protocolVersion") {
-            Some(Value::Number(number))
-                if number.as_u64() == Some(u64::from(ProtocolVersion::V1.as_u16())) =>
-            {
-                (
-                    Dialect::AcpV1,
-                    parse_answer::<InitializeResponse>(METHOD, answer)?,
-                )
-            }
-            Some(Value::String(_)) => (
+        let (dialect, response) = match Dialect::from_initialize_answer(&answer) {
+            Some(Dialect::AcpV1) => (
+                Dialect::AcpV1,
+                parse_answer::<InitializeResponse>(METHOD, answer)?,
+            ),
+            Some(Dialect::Kandev) => (
                 Dialect::Kandev,
                 InitializeResponse::new(ProtocolVersion::V1),
             ),
-            other => {
-                let answered = other.map_or_else(|| "none".to_owned(), Value::to_string);
+            None => {
+                let answered = answer
+                    .get("protocolVersion")
+                    .map_or_else(|| "none".to_owned(), Value::to_string);
                 self.close().await;
                 return Err(AcpError::UnsupportedProtocolVersion {
                     answered,

@@ -7,6 +7,7 @@
 //! Mapping: `content` → `agent_message_chunk` text, `toolCall` → `tool_call` / `tool_call_update`,
 //! `complete` → end of turn (`end_turn`, or a failure when `data.success` is `false`), `error` → turn failure.
 
+use agent_client_protocol_schema::ProtocolVersion;
 use agent_client_protocol_schema::v1::{
     ContentBlock, ContentChunk, SessionId, SessionUpdate, StopReason, TextContent, ToolCall,
     ToolCallId, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields,
@@ -22,6 +23,25 @@ pub enum Dialect {
     AcpV1,
     /// The Kandev simplified dialect: `protocolVersion` is a string such as `"1.0"`.
     Kandev,
+}
+
+impl Dialect {
+    /// The dialect an `initialize` answer speaks: [`Dialect::AcpV1`] when `protocolVersion` is the JSON integer 1,
+    /// [`Dialect::Kandev`] when it is a string (e.g. `"1.0"`), `None` for anything else (absent, another number,
+    /// another type: the client then refuses the agent with `unsupported_protocol_version`).
+    ///
+    /// Source: protocols/acp.md ("Initialization", "Kandev simplified dialect").
+    pub fn from_initialize_answer(answer: &Value) -> Option<Dialect> {
+        match answer.get("protocolVersion") {
+            Some(Value::Number(number))
+                if number.as_u64() == Some(u64::from(ProtocolVersion::V1.as_u16())) =>
+            {
+                Some(Dialect::AcpV1)
+            }
+            Some(Value::String(_)) => Some(Dialect::Kandev),
+            _ => None,
+        }
+    }
 }
 
 /// What one Kandev `session/update` means.
@@ -151,6 +171,25 @@ fn raw(kind: &str, data: Value, why: &str) -> KandevEvent {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn dialect_is_decided_by_the_type_of_protocol_version() {
+        let cases = [
+            (json!({"protocolVersion": 1}), Some(Dialect::AcpV1)),
+            (json!({"protocolVersion": "1.0"}), Some(Dialect::Kandev)),
+            (json!({"protocolVersion": ""}), Some(Dialect::Kandev)),
+            (json!({"protocolVersion": 2}), None),
+            (json!({"protocolVersion": 0}), None),
+            (json!({"protocolVersion": 1.0}), None),
+            (json!({"protocolVersion": -1}), None),
+            (json!({"protocolVersion": null}), None),
+            (json!({}), None),
+            (json!([1]), None),
+        ];
+        for (answer, expect) in cases {
+            assert_eq!(Dialect::from_initialize_answer(&answer), expect, "{answer}");
+        }
+    }
 
     /// Feeds `(type, data)` pairs through one mapper and compares a compact rendering of each event.
     fn check(input: &[(&str, Value)], expect: &[&str]) {
