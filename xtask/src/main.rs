@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask ci`: what CI runs — installs the OS tools the tests need when missing (Debian packages), then
 //!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
-//! - `cargo xtask bench`: every criterion bench in the workspace, summarized with ratios into `docs/benchmarks.md`.
+//! - `cargo xtask bench`: every criterion and custom bench in the workspace (after building the binaries the custom
+//!   benches spawn), summarized with ratios into `docs/benchmarks.md`.
 //! - `cargo xtask fuzz jsonl --seconds N`: the `cargo fuzz` target of agentwire-jsonl for N seconds.
 //! - `cargo xtask conformance`: `awp-host check` against the bundled and fixture agents, or any agent CLI.
 //!
@@ -184,6 +185,10 @@ fn ci(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Packages whose binaries the custom benches spawn: `awp-fixture` (awp-host's and agentctl's benches), `deepchat`
+/// (awp-host's `control` bench).
+const BENCH_BINARIES: &[&str] = &["agentwire-fixture-agents", "deepchat"];
+
 fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
     // Criterion writes under the target directory, which CARGO_TARGET_DIR may move.
     let target = target_dir(root);
@@ -202,6 +207,13 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
             }
         }
         std::fs::create_dir_all(&fragments_dir)?;
+        // Binaries the custom benches run but that no bench target of their own package builds.
+        let mut build = cargo();
+        build.args(["build", "--release"]);
+        for package in BENCH_BINARIES {
+            build.args(["-p", package]);
+        }
+        run(root, build)?;
         let mut cmd = cargo();
         // `--benches`: only bench targets; libtest harnesses of libs and bins reject criterion's flags.
         cmd.args(["bench", "--workspace", "--benches", "--"]);
@@ -211,6 +223,8 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
         cmd.env("AGENTWIRE_BENCH_OUT", &fragments_dir);
         if quick {
             cmd.env("AGENTWIRE_BENCH_QUICK", "1");
+            // crates/host/benches/tasks.rs reads its own count (default 200).
+            cmd.env("AGENTWIRE_BENCH_TASKS", "60");
         }
         run(root, cmd)?;
     }
