@@ -256,8 +256,14 @@ fn machine_description() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|| "rustc (unknown version)".to_string());
+    // Other work on the machine skews every number; say how busy it was when the report was written.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .map(|five| format!(", load average {five} over the last 5 minutes"))
+        .unwrap_or_default();
     format!(
-        "{cpus} CPUs ({model}), {rustc}, {} {}",
+        "{cpus} CPUs ({model}), {rustc}, {} {}{load}",
         std::env::consts::OS,
         std::env::consts::ARCH
     )
