@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask ci`: what CI runs — installs the OS tools the tests need when missing (Debian packages), then
 //!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
-//! - `cargo xtask bench`: every criterion bench in the workspace, summarized with ratios into `docs/benchmarks.md`.
+//! - `cargo xtask bench`: every criterion and custom bench in the workspace (after building the binaries the custom
+//!   benches spawn), summarized with ratios into `docs/benchmarks.md`.
 //! - `cargo xtask fuzz <target>|all --seconds N`: a `cargo fuzz` target (or every one, one after the other) for N
 //!   seconds each; see `docs/fuzzing.md`.
 //! - `cargo xtask conformance`: `awp-host check` against the bundled and fixture agents, or any agent CLI.
@@ -193,6 +194,10 @@ fn ci(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Packages whose binaries the custom benches spawn: `awp-fixture` (awp-host's and agentctl's benches), `deepchat`
+/// (awp-host's `control` bench).
+const BENCH_BINARIES: &[&str] = &["agentwire-fixture-agents", "deepchat"];
+
 fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
     // Criterion writes under the target directory, which CARGO_TARGET_DIR may move.
     let target = target_dir(root);
@@ -211,6 +216,13 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
             }
         }
         std::fs::create_dir_all(&fragments_dir)?;
+        // Binaries the custom benches run but that no bench target of their own package builds.
+        let mut build = cargo();
+        build.args(["build", "--release"]);
+        for package in BENCH_BINARIES {
+            build.args(["-p", package]);
+        }
+        run(root, build)?;
         let mut cmd = cargo();
         // `--benches`: only bench targets; libtest harnesses of libs and bins reject criterion's flags.
         cmd.args(["bench", "--workspace", "--benches", "--"]);
@@ -220,6 +232,8 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
         cmd.env("AGENTWIRE_BENCH_OUT", &fragments_dir);
         if quick {
             cmd.env("AGENTWIRE_BENCH_QUICK", "1");
+            // crates/host/benches/tasks.rs reads its own count (default 200).
+            cmd.env("AGENTWIRE_BENCH_TASKS", "60");
         }
         run(root, cmd)?;
     }
@@ -251,8 +265,14 @@ fn machine_description() -> String {
         .and_then(|o| String::from_utf8(o.stdout).ok())
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|| "rustc (unknown version)".to_string());
+    // Other work on the machine skews every number; say how busy it was when the report was written.
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        .map(|five| format!(", load average {five} over the last 5 minutes"))
+        .unwrap_or_default();
     format!(
-        "{cpus} CPUs ({model}), {rustc}, {} {}",
+        "{cpus} CPUs ({model}), {rustc}, {} {}{load}",
         std::env::consts::OS,
         std::env::consts::ARCH
     )

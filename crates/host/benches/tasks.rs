@@ -1,6 +1,6 @@
 //! Custom bench (harness = false) of the managed-task API: tasks/s through `POST /v1/tasks` to completion with a
-//! no-op tool (`/bin/true`), and the accept rate of the API alone. Writes `$AGENTWIRE_BENCH_OUT/tasks.md`
-//! (default `target/bench-results/`). `AGENTWIRE_BENCH_TASKS` sets the number of tasks (default 200).
+//! no-op tool (`/bin/true`), and the accept rate of the API alone, against direct spawns of `/bin/true`. Writes
+//! `$AGENTWIRE_BENCH_OUT/tasks.md` (default `target/bench-results/`). `AGENTWIRE_BENCH_TASKS` sets the number of tasks (default 200).
 
 #![allow(clippy::unwrap_used)] // A bench aborts on any setup failure; there is no caller to report to.
 
@@ -104,6 +104,22 @@ async fn run(dir: &Path, tasks: usize, workers: usize) -> (Duration, Duration) {
     (submitted, completed)
 }
 
+/// The baseline: `tasks` spawns of `/bin/true` one after another through `agentwire_process`, as a worker would
+/// run them with nothing around it (no HTTP, no store, no queue).
+async fn direct_spawns(tasks: usize) -> Duration {
+    let started = Instant::now();
+    for _ in 0..tasks {
+        let mut cmd = agentwire_process::Command::new("/bin/true");
+        let mut child = cmd.spawn().unwrap();
+        child.stdin().close().await;
+        if let Some(mut stdout) = child.take_stdout() {
+            while stdout.next().await.is_some() {}
+        }
+        assert!(child.wait().await.success());
+    }
+    started.elapsed()
+}
+
 fn main() {
     let tasks: usize = std::env::var("AGENTWIRE_BENCH_TASKS")
         .ok()
@@ -118,20 +134,29 @@ fn main() {
         "## Managed tasks (`crates/host/benches/tasks.rs`)\n\n\
          No-op tasks (`/bin/true`) submitted one by one over HTTP (a connection per request) to an in-process\n\
          `TaskServer`, store `synchronous=FULL`; \"completed\" is from the first submission until every task is\n\
-         `succeeded`.\n\n| workers | tasks | accepted/s | completed/s |\n|---|---|---|---|\n",
+         `succeeded` (the bench polls each task every 5 ms, which bounds the completion rate seen).\n\
+         The baseline spawns `/bin/true` the same number of times, one after another, through `agentwire_process`.\n\n\
+         | workers | tasks | accepted/s | completed/s | completed/s ratio to baseline |\n|---|---|---|---|---|\n",
     );
+    let base = tasks as f64 / rt.block_on(direct_spawns(tasks)).as_secs_f64();
     for workers in [1, 2, 4] {
         let tmp = tempfile::tempdir().unwrap();
         let (submitted, completed) = rt.block_on(run(tmp.path(), tasks, workers));
         let rate = |d: Duration| tasks as f64 / d.as_secs_f64();
         writeln!(
             out,
-            "| {workers} | {tasks} | {:.0} | {:.0} |",
+            "| {workers} | {tasks} | {:.0} | {:.0} | {:.2}× |",
             rate(submitted),
-            rate(completed)
+            rate(completed),
+            rate(completed) / base
         )
         .unwrap();
     }
+    writeln!(
+        out,
+        "| baseline: direct spawns of `/bin/true` | {tasks} | – | {base:.0} | 1.00× |"
+    )
+    .unwrap();
     let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
