@@ -559,14 +559,23 @@ pub fn parse(argv: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
             return Ok(Parsed::Help(error.render().to_string()));
         }
         Err(error) => {
+            // clap's message, up to its usage block: the first line alone can end in a colon with the names
+            // (e.g. of missing required arguments) on the lines after it.
             let text = error.render().to_string();
-            let first = text
+            let message = text
                 .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ")
-                .to_owned();
-            return Err(usage(first));
+                .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let message = message.trim_start_matches("error: ");
+            let message = if message.is_empty() {
+                "invalid arguments"
+            } else {
+                message
+            };
+            return Err(usage(message.to_owned()));
         }
     };
     build(cli, env).map_err(usage)

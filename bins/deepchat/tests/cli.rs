@@ -65,6 +65,15 @@ async fn usage_errors_keep_the_machine_contract() {
     assert_eq!(envelope["error"]["code"], "invalid_request");
     assert_eq!(out.stderr, "");
 
+    // A missing required argument is named in the message (clap puts the name on the line after the colon).
+    let out = run_with(&["run", "get", "--json"], &[], b"", std::future::pending()).await;
+    assert_eq!(out.code, 2);
+    let message = out.envelope()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message.contains("--run"), "{message}");
+
     let out = run_with(
         &["--json", "system", "status"],
         &[],

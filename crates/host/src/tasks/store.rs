@@ -186,13 +186,15 @@ impl TaskStore {
             path: lock_path.clone(),
             source,
         };
-        let lock = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(io)?;
+        let mut options = File::options();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            // Private like every other file of the data dir.
+            options.mode(0o600);
+        }
+        let lock = options.open(&lock_path).map_err(io)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(StoreError::TasksBusy),
@@ -397,6 +399,19 @@ mod tests {
             Ok(Submission::Created(t)) => t,
             other => panic!("expected a new task, got {other:?}"),
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_task_lock_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let _store = TaskStore::open(tmp.path()).unwrap();
+        let mode = std::fs::metadata(tmp.path().join(TASKS_LOCK_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
     }
 
     #[test]
