@@ -224,8 +224,9 @@ fn bench(root: &Path, quick: bool, report_only: bool) -> Result<()> {
         }
         run(root, build)?;
         let mut cmd = cargo();
-        // `--benches`: only bench targets; libtest harnesses of libs and bins reject criterion's flags.
-        cmd.args(["bench", "--workspace", "--benches", "--"]);
+        // `--bench '*'`: every `[[bench]]` target and nothing else. (`--benches` also selects the libtest harnesses
+        // of libs and bins, which have `bench = true` by default and reject criterion's flags.)
+        cmd.args(["bench", "--workspace", "--bench", "*", "--"]);
         if quick {
             cmd.args(["--warm-up-time", "0.5", "--measurement-time", "1"]);
         }
