@@ -571,6 +571,22 @@ fn read(
     }
 }
 
+/// A human-only `local-maintenance` rpc method of ours (no approval), auditing the scalar `fields`.
+fn human_maintenance(method: &'static str, fields: &'static [&'static str]) -> MethodSpec {
+    MethodSpec {
+        method,
+        effect: EffectRule::Fixed(Effect::LocalMaintenance),
+        callers: HUMAN,
+        scopes: &[Scope::SessionsRun],
+        transport: Transport::Rpc,
+        approval: ApprovalMode::Never,
+        agent_policy: None,
+        agent_input_allowed: None,
+        audit: AuditProjection::Fields(fields),
+        limits: DIAGNOSTIC_LIMITS,
+    }
+}
+
 fn standard_specs() -> Vec<MethodSpec> {
     vec![
         MethodSpec {
@@ -720,30 +736,8 @@ fn standard_specs() -> Vec<MethodSpec> {
         ),
         // Ours: `awp-host chat` (a human caller holding the descriptor) asks the running host for a token for the
         // agent of its turn, and revokes it when the turn ends; the token authority lives in the serving process.
-        MethodSpec {
-            method: "agentTokens.issue",
-            effect: EffectRule::Fixed(Effect::LocalMaintenance),
-            callers: HUMAN,
-            scopes: &[Scope::SessionsRun],
-            transport: Transport::Rpc,
-            approval: ApprovalMode::Never,
-            agent_policy: None,
-            agent_input_allowed: None,
-            audit: AuditProjection::Fields(&["conversationId"]),
-            limits: DIAGNOSTIC_LIMITS,
-        },
-        MethodSpec {
-            method: "agentTokens.revoke",
-            effect: EffectRule::Fixed(Effect::LocalMaintenance),
-            callers: HUMAN,
-            scopes: &[Scope::SessionsRun],
-            transport: Transport::Rpc,
-            approval: ApprovalMode::Never,
-            agent_policy: None,
-            agent_input_allowed: None,
-            audit: AuditProjection::Fields(&["tokenId"]),
-            limits: DIAGNOSTIC_LIMITS,
-        },
+        human_maintenance("agentTokens.issue", &["conversationId"]),
+        human_maintenance("agentTokens.revoke", &["tokenId"]),
         // The app bundle's tools (`awp-host serve --app DIR`), under DeepChat's `skills:read`: its client accepts
         // only its own scope names, and app-bundled tools are the nearest of its domains. The per-tool gate is
         // `mutates:` (see `tools_call_effect`), so an agent token holding `skills:read` may call exactly the
