@@ -95,6 +95,26 @@ async fn start_run(host: &Host, agent: &str, prompt: &str) -> String {
         .to_owned()
 }
 
+/// `deepchat settings set` of an execution-config key: a sensitive mutation that needs an approval.
+const EXECUTION_CHANGE: &[&str] = &[
+    "settings",
+    "set",
+    "--key",
+    "autoCompactionEnabled",
+    "--value",
+    "false",
+    "--json",
+];
+
+/// Starts [`EXECUTION_CHANGE`] in the background (stdin closed); collect it with `collect`.
+async fn spawn_execution_change(host: &Host) -> Child {
+    let change = deepchat_command(host, EXECUTION_CHANGE, &[])
+        .spawn()
+        .expect("spawn deepchat");
+    change.stdin().close().await;
+    change
+}
+
 fn descriptor(host: &Host) -> PathBuf {
     host.data.join("local-control").join("local-control.json")
 }
@@ -129,19 +149,7 @@ async fn deepchat_drives_a_detached_run_through_serve_and_reports_a_stopped_host
     assert_eq!(threads["threads"][0]["title"], "hello");
 
     // An execution-config change needs an approval; with no console and no approver it fails closed at once.
-    let denied = deepchat(
-        &host,
-        &[
-            "settings",
-            "set",
-            "--key",
-            "autoCompactionEnabled",
-            "--value",
-            "false",
-            "--json",
-        ],
-    )
-    .await;
+    let denied = deepchat(&host, EXECUTION_CHANGE).await;
     assert_eq!(denied.code, 5, "{denied:?}");
     assert_eq!(denied.json()["error"]["code"], "approval_denied");
 
@@ -214,22 +222,7 @@ async fn the_approvals_console_allows_one_pending_mutation() {
     if !server.first.contains("approvals console") {
         read_until(&mut server.stdout, "approvals console").await;
     }
-    let mut change = deepchat_command(
-        &host,
-        &[
-            "settings",
-            "set",
-            "--key",
-            "autoCompactionEnabled",
-            "--value",
-            "false",
-            "--json",
-        ],
-        &[],
-    )
-    .spawn()
-    .expect("spawn deepchat");
-    change.stdin().close().await;
+    let mut change = spawn_execution_change(&host).await;
     let prompt = read_until(&mut server.stdout, "allow? [y/N]").await;
     assert!(prompt.contains("settings.updatePublic"), "{prompt}");
     let console = server.child.stdin();
@@ -291,22 +284,7 @@ async fn the_approver_socket_resolves_with_its_own_token_and_refuses_a_wrong_one
 
     let (mut lines, mut write) = approver(&socket, &token).await;
     assert_eq!(next_line(&mut lines).await["type"], "ready");
-    let mut change = deepchat_command(
-        &host,
-        &[
-            "settings",
-            "set",
-            "--key",
-            "autoCompactionEnabled",
-            "--value",
-            "false",
-            "--json",
-        ],
-        &[],
-    )
-    .spawn()
-    .expect("spawn deepchat");
-    change.stdin().close().await;
+    let mut change = spawn_execution_change(&host).await;
     let approval = next_line(&mut lines).await;
     assert_eq!(approval["type"], "approval");
     assert_eq!(approval["method"], "settings.updatePublic");
