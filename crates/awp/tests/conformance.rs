@@ -13,12 +13,24 @@ fn fixture(mode: &str, protocol: Protocol) -> CheckPlan {
     launch.protocol = protocol;
     launch.default_model = Some("fixture-model".into());
     let mut plan = CheckPlan::new(launch);
-    // Short waits keep the suite fast; they are bounds, not synchronization.
-    plan.limits.quiet_window = Duration::from_millis(300);
-    plan.limits.exit_grace = Duration::from_secs(2);
+    plan.limits.quiet_window = QUIET;
+    plan.limits.exit_grace = EXIT_GRACE;
     plan.limits.turn_timeout = Duration::from_secs(30);
     plan
 }
+
+/// The silence watched before the first input. It elapses in full for every agent, so it is short; a test that
+/// expects early output to be *caught* uses [`CATCH_QUIET`] instead, so a slow start on a loaded machine cannot
+/// push the line past the window.
+const QUIET: Duration = Duration::from_millis(300);
+/// The quiet window of the tests that expect output before input to be caught.
+const CATCH_QUIET: Duration = Duration::from_secs(5);
+/// How long an agent may take to exit after stdin EOF. A well-behaved agent exits at once, so this only elapses
+/// for agents that are expected to fail the rule; generous so that a loaded machine cannot fail a good agent.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
+/// The turn timeout of the tests whose agent never answers: it must elapse (a lower bound), and it is long enough
+/// that the agent's first line (named in the evidence) arrives before it even on a loaded machine.
+const NO_ANSWER: Duration = Duration::from_secs(5);
 
 /// Runs the check and asserts exactly `failing` rules fail, each with evidence containing the given text.
 async fn check(plan: CheckPlan, failing: &[(&str, &str)]) -> CheckReport {
@@ -57,7 +69,8 @@ async fn awp_agent_is_conformant() {
         tmp.path().join("sessions").display().to_string(),
     );
     let mut plan = CheckPlan::new(launch);
-    plan.limits.quiet_window = Duration::from_millis(300);
+    plan.limits.quiet_window = QUIET;
+    plan.limits.exit_grace = EXIT_GRACE;
     check(plan, &[]).await;
 }
 
@@ -73,8 +86,10 @@ async fn fixture_normal_and_stream_json_are_conformant() {
 
 #[tokio::test]
 async fn output_before_input_is_caught_with_the_line() {
+    let mut plan = fixture("output-before-input", Protocol::AwpJsonl);
+    plan.limits.quiet_window = CATCH_QUIET;
     check(
-        fixture("output-before-input", Protocol::AwpJsonl),
+        plan,
         &[(
             "no_output_before_input",
             "before any input, stdout line 1: {\"type\":\"system\",\"subtype\":\"init\"",
@@ -98,7 +113,8 @@ done"#;
     let mut launch = LaunchConfig::new(shell);
     launch.prefix_args = vec!["-c".into(), script.into(), "sh".into()];
     let mut plan = CheckPlan::new(launch);
-    plan.limits.quiet_window = Duration::from_millis(300);
+    plan.limits.quiet_window = CATCH_QUIET;
+    plan.limits.exit_grace = EXIT_GRACE;
     check(
         plan,
         &[(
@@ -183,31 +199,31 @@ async fn failing_and_hanging_agents_are_caught() {
     )
     .await;
     let mut silent = fixture("silence", Protocol::AwpJsonl);
-    silent.limits.turn_timeout = Duration::from_secs(2);
+    silent.limits.turn_timeout = NO_ANSWER;
     check(
         silent,
         &[
             (
                 "one_terminal_per_turn",
-                "turn 1: no terminal event within 2 s; last line: {\"type\":\"content_block_delta\"",
+                "turn 1: no terminal event within 5 s; last line: {\"type\":\"content_block_delta\"",
             ),
             ("resume_accepted", "no terminal event"),
         ],
     )
     .await;
     let mut hang = fixture("result-hang", Protocol::AwpJsonl);
-    hang.limits.turn_timeout = Duration::from_secs(2);
+    hang.limits.turn_timeout = NO_ANSWER;
     check(
         hang,
         &[
             (
                 "one_terminal_per_turn",
-                "turn 2: no terminal event within 2 s; last line: no output",
+                "turn 2: no terminal event within 5 s; last line: no output",
             ),
             ("second_turn_same_process", "turn 2: no terminal event"),
             (
                 "exits_on_stdin_eof",
-                "resumed process, still running 2 s after stdin was closed; stopped by sigterm",
+                "resumed process, still running 10 s after stdin was closed; stopped by sigterm",
             ),
         ],
     )
