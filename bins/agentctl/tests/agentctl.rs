@@ -1420,7 +1420,9 @@ async fn cross_site_requests_are_refused_and_curl_style_calls_pass() {
 #[tokio::test]
 async fn a_half_sent_request_head_is_closed_at_the_header_read_timeout() {
     let ctl = Agentctl::start(
-        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_HEADER_READ_TIMEOUT_MS", "300"),
+        // The stalled head must hit the timeout (a lower bound); the keep-alive request below is written right after
+        // connecting and must beat it, so the timeout leaves a margin a loaded machine cannot use up.
+        Options::agent(support::acp_fixture("echo")).env("AGENTCTL_HEADER_READ_TIMEOUT_MS", "5000"),
     )
     .await;
     let answer = ctl
@@ -1567,7 +1569,9 @@ exec cat >/dev/null"#;
     assert_eq!(ctl.wait().await.code, Some(0), "{outcome:?}");
 }
 
-/// agentctl's peak resident memory (`VmHWM` of /proc/PID/status), in bytes.
+/// agentctl's peak resident memory (`VmHWM` of /proc/PID/status), in bytes. Linux only: no portable API reads
+/// another process's peak RSS, so the memory bound is checked where `/proc` exists and nowhere pretends to pass.
+#[cfg(target_os = "linux")]
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
     let line = status
@@ -1609,9 +1613,13 @@ async fn a_large_frame_fanned_out_to_many_subscribers_is_held_once() {
             Some(20_000_000)
         );
     }
-    let peak = peak_rss(ctl.child.id().expect("agentctl pid"));
-    // One copy per subscriber would be 16 × 20 MB = 320 MB on top of the line itself.
-    let bound = 200 << 20;
-    eprintln!("agentctl peak rss: {} MiB", peak >> 20);
-    assert!(peak < bound, "peak rss {} MiB", peak >> 20);
+    // The memory bound needs `VmHWM` (Linux only, see `peak_rss`); elsewhere the delivery above is what is checked.
+    #[cfg(target_os = "linux")]
+    {
+        let peak = peak_rss(ctl.child.id().expect("agentctl pid"));
+        // One copy per subscriber would be 16 × 20 MB = 320 MB on top of the line itself.
+        let bound = 200 << 20;
+        eprintln!("agentctl peak rss: {} MiB", peak >> 20);
+        assert!(peak < bound, "peak rss {} MiB", peak >> 20);
+    }
 }

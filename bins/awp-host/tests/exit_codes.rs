@@ -222,27 +222,15 @@ fn stubborn_agent(host: &Host) -> std::path::PathBuf {
     pidfile
 }
 
-/// True while `pid` is a live (not zombie) process.
+/// True while `pid` is a live process (portable probe, see `agentwire_testkit::proc`).
 fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z')),
-        Err(_) => false,
-    }
+    agentwire_testkit::proc::is_alive(u32::try_from(pid).expect("positive pid"))
 }
 
 /// Waits (bounded) until `pid` is gone; false if it is still alive after the bound.
 async fn gone(pid: i32) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while alive(pid) {
-        if tokio::time::Instant::now() > deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    true
+    let pid = u32::try_from(pid).expect("positive pid");
+    agentwire_testkit::proc::wait_gone(pid, Duration::from_secs(20)).await
 }
 
 fn send(child: &agentwire_process::Child, signal: rustix::process::Signal) {

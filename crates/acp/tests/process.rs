@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use agentwire_acp::{ClientBuilder, TurnEvent};
 use agentwire_process::{StopPlan, StopStep};
-use support::{fixture_command, within};
+use agentwire_testkit::proc::{is_alive, wait_gone};
+use support::{WAIT, fixture_command, within};
 
 #[tokio::test]
 async fn spawned_echo_agent_runs_a_turn_and_stops_on_stdin_eof() {
@@ -124,17 +125,6 @@ async fn an_agent_exit_mid_prompt_fails_the_turn_typed() {
     assert_eq!(within(child.wait()).await.code, Some(3));
 }
 
-fn alive(pid: u32) -> bool {
-    // A process that died but is not reaped yet is a zombie: dead for our purpose.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 #[tokio::test]
 async fn stop_kills_a_grandchild_that_outlives_stdin_eof() {
     let client = ClientBuilder::new()
@@ -154,18 +144,17 @@ async fn stop_kills_a_grandchild_that_outlives_stdin_eof() {
         }
     })
     .await;
-    assert!(alive(pid), "grandchild {pid} should be running");
-    let outcome = within(client.stop(StopPlan::new().stdin_grace(Duration::from_secs(5))))
+    assert!(is_alive(pid), "grandchild {pid} should be running");
+    // The stdin grace is the test's whole patience: the agent's exit on EOF is waited for, not raced.
+    let outcome = within(client.stop(StopPlan::new().stdin_grace(WAIT / 2)))
         .await
         .expect("spawned");
     // The agent itself exits on stdin EOF; its grandchild would not, but the group is killed.
     assert_eq!(outcome.ended_by, StopStep::StdinClosed);
-    within(async {
-        while alive(pid) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    assert!(
+        wait_gone(pid, WAIT).await,
+        "grandchild {pid} survived the group kill"
+    );
 }
 
 #[tokio::test]

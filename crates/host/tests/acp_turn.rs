@@ -31,27 +31,38 @@ fn request(prompt: &str) -> TurnRequest {
     }
 }
 
-/// Processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline)
-                .contains(marker)
-                .then(|| entry.file_name().to_string_lossy().into_owned())
-        })
-        .collect()
+/// An agent spec that runs `acp-fixture args...` through a `/bin/sh` wrapper which first writes its pid to
+/// `pid_file` and then `exec`s the fixture (same pid): a portable way to learn the agent's pid without `/proc`.
+fn acp_agent_reporting_pid(dir: &Path, args: &[&str], pid_file: &Path) -> AgentSpec {
+    let fixture = agentwire_testkit::bin_path("acp-fixture");
+    let script = dir.join("agent.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho $$ > '{}'\nexec '{}' \"$@\"\n",
+            pid_file.display(),
+            fixture.display()
+        ),
+    )
+    .expect("write agent.sh");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod agent.sh");
+    let args: Vec<String> = args.iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [{}]\n",
+        script.display(),
+        args.join(", ")
+    );
+    std::fs::write(dir.join("agents.toml"), text).expect("write agents.toml");
+    let registry = AgentRegistry::load(dir, &|_| None, None).expect("load agents");
+    registry.resolve(Some("acp")).expect("usable agent").clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_acp_turn_releases_the_agent_process() {
     let tmp = tempfile::tempdir().unwrap();
-    let marker = format!("--marker-{}", std::process::id());
-    let agent = acp_agent(tmp.path(), &["--mode", "wait-cancel", &marker]);
+    let pid_file = tmp.path().join("agent.pid");
+    let agent = acp_agent_reporting_pid(tmp.path(), &["--mode", "wait-cancel"], &pid_file);
     let mut store = Store::open(&tmp.path().join("data")).unwrap();
     let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
     let mut waiting_tx = Some(waiting_tx);
@@ -64,7 +75,7 @@ async fn a_dropped_acp_turn_releases_the_agent_process() {
         }
     };
     let options = TurnOptions::default();
-    {
+    let agent_pid = {
         let mut turn = std::pin::pin!(run_turn(
             &mut store,
             &agent,
@@ -77,17 +88,19 @@ async fn a_dropped_acp_turn_releases_the_agent_process() {
             _ = &mut turn => panic!("the turn waits for a cancel"),
             waited = waiting_rx => waited.expect("the agent started the turn"),
         }
-        assert_eq!(processes_with(&marker).len(), 1, "the agent runs");
-    }
-    // The turn future is dropped: the agent's process group is killed. Wait for it (bounded), polling /proc.
-    let gone = async {
-        while !processes_with(&marker).is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let pid: u32 = std::fs::read_to_string(&pid_file)
+            .expect("the wrapper wrote the agent's pid")
+            .trim()
+            .parse()
+            .expect("pid");
+        assert!(agentwire_testkit::proc::is_alive(pid), "the agent runs");
+        pid
     };
-    tokio::time::timeout(Duration::from_secs(30), gone)
-        .await
-        .expect("the agent process went away");
+    // The turn future is dropped: the agent's process group is killed. Wait for it (bounded, portable probe).
+    assert!(
+        agentwire_testkit::proc::wait_gone(agent_pid, Duration::from_secs(30)).await,
+        "the agent process went away"
+    );
     // The run was left `running` (the host died mid-turn, as far as the store knows).
     let threads = store.list_threads(10).unwrap();
     assert_eq!(threads.len(), 1);

@@ -4,11 +4,16 @@
 //! (the README's test command) builds every binary before any test runs, so tests find them next to the
 //! test executable's `deps/` directory. When a single package is tested with `-p`, build them first with
 //! `cargo build --workspace --bins`.
+//!
+//! Modules: [`proc`] (portable process liveness for group-kill asserts), [`bench`] (the custom benches' smoke
+//! switch), [`jsonrpc_peer`] and [`acp_python`]. Only ever a dev-dependency.
 
 use std::path::PathBuf;
 
 pub mod acp_python;
+pub mod bench;
 pub mod jsonrpc_peer;
+pub mod proc;
 
 /// Path of a workspace binary named `name` in the target directory the running test was built into.
 ///

@@ -62,33 +62,18 @@ pub fn plan(stdin_grace_ms: u64, term_grace_ms: u64) -> StopPlan {
         .term_grace(Duration::from_millis(term_grace_ms))
 }
 
-/// Whether `pid` no longer names a live process (gone, or a zombie waiting for its reaper).
+/// Whether `pid` no longer names a live process (gone, or a zombie waiting for its reaper where `/proc` can tell;
+/// see `agentwire_testkit::proc` for the portable rules).
 pub fn is_gone(pid: i32) -> bool {
-    let pid = rustix::process::Pid::from_raw(pid).expect("positive pid");
-    match rustix::process::test_kill_process(pid) {
-        Err(rustix::io::Errno::SRCH) => true,
-        Err(err) => panic!("probing pid {pid:?} failed: {err}"),
-        Ok(()) => is_zombie(pid.as_raw_nonzero().get()),
-    }
-}
-
-fn is_zombie(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // Format: `pid (comm) state ...`; comm may contain spaces, so split after the last `)`.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true, // vanished between the probe and the read
-    }
+    !agentwire_testkit::proc::is_alive(u32::try_from(pid).expect("positive pid"))
 }
 
 /// Waits until `pid` is gone. The kernel delivers SIGKILL and the reaper collects the process asynchronously and
 /// there is no event to wait on for a process that is not our child, so this polls under the hang guard.
 pub async fn wait_gone(pid: i32) {
-    guard(&format!("pid {pid} to disappear"), async {
-        while !is_gone(pid) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let pid = u32::try_from(pid).expect("positive pid");
+    assert!(
+        agentwire_testkit::proc::wait_gone(pid, HANG_GUARD).await,
+        "hang guard: pid {pid} did not disappear within {HANG_GUARD:?}"
+    );
 }
