@@ -67,25 +67,44 @@ mod tests {
     }
 
     #[test]
-    fn a_reaped_child_is_gone_and_an_unreaped_one_is_a_zombie_where_proc_exists() {
+    fn a_running_child_is_alive_and_gone_once_stopped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut command = agentwire_process::Command::new("sleep");
+            command.arg("60").inherit_os_env();
+            let child = command.spawn().expect("spawn sleep");
+            let pid = child.id().expect("pid");
+            assert!(is_alive(pid));
+            let stopped = child
+                .stop(agentwire_process::StopPlan::new().stdin_grace(Duration::ZERO))
+                .await;
+            assert_eq!(stopped.status.signal, Some(15), "{stopped:?}");
+            // Reaped by agentwire-process: kill(pid, 0) says ESRCH.
+            assert!(wait_gone(pid, Duration::from_secs(30)).await);
+        });
+    }
+
+    /// A zombie needs a child nobody reaps, which `agentwire-process` never leaves behind; so this one test builds
+    /// a `std::process::Command` itself and reaps it by hand.
+    #[test]
+    #[cfg(target_os = "linux")]
+    #[allow(clippy::disallowed_methods)]
+    fn an_unreaped_exited_child_is_a_zombie_and_counts_as_gone_on_linux() {
         let mut child = std::process::Command::new("sh")
             .args(["-c", "exit 0"])
             .spawn()
             .expect("spawn sh");
         let pid = child.id();
-        // Not reaped yet: a zombie once it exited. Gone on Linux, alive (conservatively) without /proc.
-        let has_proc = std::path::Path::new("/proc/self/stat").exists();
-        if has_proc {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .expect("runtime");
-            assert!(
-                rt.block_on(wait_gone(pid, Duration::from_secs(30))),
-                "zombie counts as gone"
-            );
-        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        assert!(rt.block_on(wait_gone(pid, Duration::from_secs(30))));
+        assert!(is_zombie(pid), "exited, not reaped yet");
         child.wait().expect("reap");
-        assert!(!is_alive(pid), "reaped: ESRCH");
+        assert!(!is_alive(pid));
     }
 }
