@@ -1,7 +1,8 @@
 //! Workspace automation behind `cargo xtask` (the alias lives in `.cargo/config.toml`).
 //!
 //! - `cargo xtask ci`: what CI runs — installs the OS tools the tests need when missing (Debian packages), then
-//!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`.
+//!   `cargo fmt --check`, `cargo clippy -D warnings`, `cargo test --workspace`, then every bench target once in the
+//!   test profile (`cargo test --workspace --bench '*'`: criterion's test mode, the custom benches' smoke mode).
 //! - `cargo xtask bench`: every criterion and custom bench in the workspace (after building the binaries the custom
 //!   benches spawn), summarized with ratios into `docs/benchmarks.md`.
 //! - `cargo xtask fuzz <target>|all --seconds N`: a `cargo fuzz` target (or every one, one after the other) for N
@@ -190,7 +191,14 @@ fn ci(root: &Path) -> Result<()> {
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     run(root, test)?;
-    eprintln!("\nxtask ci: fmt, clippy and tests passed");
+    // Every `[[bench]]` target once, in the test profile, so benches keep compiling and their baseline checks keep
+    // holding: without `--bench`, criterion runs each benchmark once (its test mode) and the custom benches do a
+    // smoke run (`agentwire_testkit::bench::smoke_mode`) that writes no result. `--bench '*'` rather than
+    // `--benches`, which would also rerun the lib/bin unit tests.
+    let mut benches = cargo();
+    benches.args(["test", "--workspace", "--bench", "*"]);
+    run(root, benches)?;
+    eprintln!("\nxtask ci: fmt, clippy, tests and bench smoke runs passed");
     Ok(())
 }
 

@@ -219,7 +219,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let measure = std::env::args().any(|arg| arg == "--bench");
+    let measure = !agentwire_testkit::bench::smoke_mode();
     let sizes = if measure { MEASURE } else { SMOKE };
     let (calls, flood) = (sizes.calls, sizes.flood);
     let report = runtime.block_on(async {

@@ -13,7 +13,8 @@
 //!   of `true`.
 //!
 //! Writes `$AGENTWIRE_BENCH_OUT/awp-host-control.md` (default `target/bench-results/`);
-//! `AGENTWIRE_BENCH_QUICK=1` uses smaller counts. Needs `deepchat` and the fixture agents built in the same
+//! `AGENTWIRE_BENCH_QUICK=1` uses smaller counts. Run without `--bench` (`cargo test --bench control`, as
+//! `cargo xtask ci` does) it is a smoke run: one or two of each, every check kept, nothing written. Needs `deepchat` and the fixture agents built in the same
 //! profile: `cargo build --release -p deepchat -p agentwire-fixture-agents` (`cargo xtask bench` does it).
 
 #![allow(clippy::unwrap_used)] // A bench aborts on any setup failure; there is no caller to report to.
@@ -37,7 +38,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Counts of one run; `AGENTWIRE_BENCH_QUICK` picks the small set.
+/// Counts of one run; `AGENTWIRE_BENCH_QUICK` picks the small set, a smoke run (no `--bench`) the smallest.
 struct Sizes {
     processes: usize,
     round_trips: usize,
@@ -49,8 +50,19 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn pick() -> Sizes {
-        if std::env::var_os("AGENTWIRE_BENCH_QUICK").is_some() {
+    fn pick(smoke: bool) -> Sizes {
+        if smoke {
+            // Every path once or twice, every check kept: it proves the bench still runs, measures nothing.
+            Sizes {
+                processes: 1,
+                round_trips: 50,
+                stream_deltas: 900,
+                stream_reps: 1,
+                download_mib: 1,
+                download_reps: 1,
+                tool_calls: 2,
+            }
+        } else if std::env::var_os("AGENTWIRE_BENCH_QUICK").is_some() {
             Sizes {
                 processes: 15,
                 round_trips: 300,
@@ -758,7 +770,8 @@ async fn control_plane(out: &mut String, sizes: &Sizes, tmp: &Path) {
 }
 
 fn main() {
-    let sizes = Sizes::pick();
+    let smoke = agentwire_testkit::bench::smoke_mode();
+    let sizes = Sizes::pick(smoke);
     let tmp = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -771,6 +784,10 @@ fn main() {
          baseline measured in the same run, interleaved with ours.\n",
     );
     rt.block_on(control_plane(&mut out, &sizes, tmp.path()));
+    if smoke {
+        print!("smoke run (no --bench), not written:\n{out}");
+        return;
+    }
     let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

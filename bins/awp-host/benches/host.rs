@@ -364,6 +364,11 @@ fn main() {
         events_per_second(&mut out, tmp.path()).await;
         resident_memory(&mut out, tmp.path()).await;
     });
+    // Smoke run (no `--bench`: `cargo test --bench host`, as `cargo xtask ci` does): checked to run, not written.
+    if !std::env::args().any(|a| a == "--bench") {
+        print!("smoke run (no --bench argument), not written:\n{out}");
+        return;
+    }
     let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -1,6 +1,8 @@
 //! Custom bench (harness = false) of the managed-task API: tasks/s through `POST /v1/tasks` to completion with a
 //! no-op tool (`/bin/true`), and the accept rate of the API alone, against direct spawns of `/bin/true`. Writes
 //! `$AGENTWIRE_BENCH_OUT/tasks.md` (default `target/bench-results/`). `AGENTWIRE_BENCH_TASKS` sets the number of tasks (default 200).
+//! Run without `--bench` (`cargo test --bench tasks`, as `cargo xtask ci` does) it is a smoke run: 5 tasks, every
+//! check kept, nothing written.
 
 #![allow(clippy::unwrap_used)] // A bench aborts on any setup failure; there is no caller to report to.
 
@@ -121,10 +123,16 @@ async fn direct_spawns(tasks: usize) -> Duration {
 }
 
 fn main() {
-    let tasks: usize = std::env::var("AGENTWIRE_BENCH_TASKS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200);
+    // Smoke run (`cargo test --bench tasks`, as `cargo xtask ci` does): a few tasks through every path, no fragment.
+    let smoke = agentwire_testkit::bench::smoke_mode();
+    let tasks: usize = if smoke {
+        5
+    } else {
+        std::env::var("AGENTWIRE_BENCH_TASKS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(200)
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -157,6 +165,10 @@ fn main() {
         "| baseline: direct spawns of `/bin/true` | {tasks} | – | {base:.0} | 1.00× |"
     )
     .unwrap();
+    if smoke {
+        print!("smoke run (no --bench), not written:\n{out}");
+        return;
+    }
     let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|| {

@@ -47,8 +47,16 @@ fn main() -> ExitCode {
         runtime.block_on(jsonrpc_peer::run_stdio_peer());
         return ExitCode::SUCCESS;
     }
+    // Smoke run (no `--bench`: `cargo test --bench rpc_latency`, as `cargo xtask ci` does): tiny sizes, no report.
+    let smoke = !args.iter().any(|a| a == "--bench");
     let quick = std::env::var_os("AGENTWIRE_BENCH_QUICK").is_some();
-    let sizes = if quick {
+    let sizes = if smoke {
+        Sizes {
+            warmup: 5,
+            calls: 50,
+            notifications: 1_000,
+        }
+    } else if quick {
         Sizes {
             warmup: 100,
             calls: 1_000,
@@ -64,6 +72,10 @@ fn main() -> ExitCode {
     match runtime.block_on(measure(&sizes)) {
         Ok(report) => {
             print!("{report}");
+            if smoke {
+                println!("smoke run (no --bench argument): no report written");
+                return ExitCode::SUCCESS;
+            }
             let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
                 || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
                 PathBuf::from,
