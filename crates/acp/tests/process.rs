@@ -39,7 +39,10 @@ async fn spawned_echo_agent_runs_a_turn_and_stops_on_stdin_eof() {
         result,
         Ok(agentwire_acp::schema::StopReason::EndTurn)
     ));
-    let outcome = within(client.stop(StopPlan::new())).await.expect("spawned");
+    // A generous stdin grace: the exit on EOF is waited for, not raced against the 5 s default.
+    let outcome = within(client.stop(StopPlan::new().stdin_grace(WAIT / 2)))
+        .await
+        .expect("spawned");
     assert_eq!(outcome.ended_by, StopStep::StdinClosed);
     assert!(outcome.status.success());
 }

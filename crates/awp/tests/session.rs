@@ -121,7 +121,7 @@ fn patient_stop() -> SessionOptions {
 async fn a_live_process_is_reused_across_turns_and_stops_on_stdin_eof() {
     let mut session = spawn(
         &fixture_plan("normal", Protocol::AwpJsonl, &[], None),
-        SessionOptions::default(),
+        patient_stop(),
     )
     .await;
     let first = turn(&mut session, "hello").await;
