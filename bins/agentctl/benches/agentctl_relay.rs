@@ -68,16 +68,20 @@ async fn direct_round_trips(sizes: Sizes) -> Vec<Duration> {
             .write_line(serde_json::to_string(&line).expect("json").as_bytes())
             .await
             .expect("write");
-        loop {
+        let answer = loop {
             match stdout.next().await {
-                Some(StdoutItem::Frame(agentwire_jsonl::Frame::Json(_))) => break,
+                Some(StdoutItem::Frame(agentwire_jsonl::Frame::Json(line))) => break line,
                 Some(_) => {}
                 None => panic!("acp-fixture ended"),
             }
-        }
+        };
         if n >= sizes.warmup {
             samples.push(started.elapsed());
         }
+        // The same answer the relayed side must see (checked outside the timing): this call's id, a session id.
+        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("json answer");
+        assert_eq!(answer["id"], n, "{answer}");
+        assert!(answer["result"]["sessionId"].is_string(), "{answer}");
     }
     samples
 }
@@ -107,10 +111,13 @@ async fn agentctl_round_trips(sizes: Sizes) -> (Vec<Duration>, Vec<Duration>) {
             .await
             .expect("call");
         assert_eq!(response.status(), 200);
-        response.bytes().await.expect("body");
+        let answer = response.bytes().await.expect("body");
         if n >= sizes.warmup {
             samples.push(started.elapsed());
         }
+        // The same answer as the direct side (checked outside the timing).
+        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("json answer");
+        assert!(answer["result"]["sessionId"].is_string(), "{answer}");
     }
     let health = format!("{}/health", ctl.base);
     let mut floor = Vec::with_capacity(sizes.calls);
