@@ -262,8 +262,10 @@ async fn stderr_tail_changed_wakes_on_new_bytes_and_at_the_end() {
 /// A slow consumer and a grandchild holding stdout: the reader is stuck on a full queue when the drain window ends.
 /// Output already in the pipe is still delivered afterwards, up to `late_drain_max_bytes`.
 async fn check_late_drain(late_drain_max_bytes: usize, expect: &str) {
+    // Before the window ends the reader must have read two chunks (one queued, one in hand): the window is a margin
+    // a loaded machine cannot use up, not 50 ms that a late-scheduled reader would lose to the deadline.
     let config = ChildConfig {
-        drain_window: Duration::from_millis(50),
+        drain_window: Duration::from_secs(2),
         stdout_queue_items: 0, // treated as 1
         read_chunk_bytes: 4,
         late_drain_max_bytes,
@@ -287,9 +289,12 @@ async fn check_late_drain(late_drain_max_bytes: usize, expect: &str) {
 
 #[tokio::test]
 async fn output_in_the_pipe_at_the_drain_deadline_is_delivered_up_to_the_late_budget() {
-    check_late_drain(8, "aaaabbbbccccdddd").await;
-    check_late_drain(7, "aaaabbbbccccddd").await;
-    check_late_drain(0, "aaaabbbb").await;
+    // Concurrently: each waits out its own drain window.
+    tokio::join!(
+        check_late_drain(8, "aaaabbbbccccdddd"),
+        check_late_drain(7, "aaaabbbbccccddd"),
+        check_late_drain(0, "aaaabbbb"),
+    );
 }
 
 #[tokio::test]
