@@ -383,7 +383,11 @@ async fn bad_flag_values_are_usage_errors_naming_the_flag() {
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
         assert!(out.stderr.contains(flag), "{args:?}: {out:?}");
     }
-    // At the limit: 1s is accepted (the bundled agent answers at once).
+    // At the limit: 1s is accepted. The bundled agent answers at once, but a loaded machine may delay its first
+    // line past 1 s, so what is checked is the acceptance: the turn ran (0), or ran into that very timeout (7).
     let out = host.run(&["chat", "--idle-timeout", "1s", "x"]).await;
-    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.code == 0 || (out.code == 7 && out.stderr.contains("(agent_idle_timeout)")),
+        "{out:?}"
+    );
 }

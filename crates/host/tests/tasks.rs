@@ -406,8 +406,9 @@ async fn the_worker_refuses_executables_off_the_allow_list_at_execution_time() {
 async fn a_timeout_stops_the_whole_process_group() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(tmp.path(), &["/bin/sh"], ApiConfig::default()).await;
-    // The shell starts a grandchild, prints its pid, and waits: both must be gone after the timeout.
-    let body = json!({"argv": ["sh", "-c", "sleep 300 & echo $!; wait"], "timeout_seconds": 1});
+    // The shell starts a grandchild, prints its pid, and waits: both must be gone after the timeout. The timeout
+    // must elapse (a lower bound); the pid must be printed before it, so it leaves a margin for a loaded machine.
+    let body = json!({"argv": ["sh", "-c", "sleep 300 & echo $!; wait"], "timeout_seconds": 5});
     let (status, created) = Req::post(&server, "slow", &body.to_string())
         .send(&server)
         .await;
