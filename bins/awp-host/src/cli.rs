@@ -117,12 +117,15 @@ Examples:
   awp-host chat \"hello\"                               new thread with the default agent
   awp-host chat --agent claude --model sonnet \"hi\"     a named agent from agents.toml
   awp-host chat --thread th_3f9a0c1d2b4e5f60 \"more\"    follow-up: resumes the agent's session
+  awp-host chat --cwd ~/src/app \"run the tests\"       the thread (and its agent) works in ~/src/app
   awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
   awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
 
 Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
 the status line (status, tokens, duration, thread id) and errors go to stderr.
+A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
+wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
 process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
 
@@ -138,6 +141,10 @@ pub struct ChatArgs {
     /// Start a new thread (the default without --thread)
     #[arg(long)]
     pub new: bool,
+    /// Working directory of a new thread's agent, recorded on the thread: every later turn of the thread runs
+    /// the agent there, wherever awp-host is started [default: the current directory]
+    #[arg(long, value_name = "DIR", conflicts_with = "thread")]
+    pub cwd: Option<PathBuf>,
     /// Model to ask the agent for (passed as --model; ACP agents: set through their `model` config option) [default: the agent's configured model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,

@@ -202,6 +202,26 @@ fn cancel_on_signals() -> Result<
 /// How long after a second signal the process exits 130 even if the turn runner has not returned.
 const ABORT_EXIT_AFTER: Duration = Duration::from_secs(5);
 
+/// The working directory a new thread records: `--cwd DIR` (canonical; must be a directory), else the current
+/// directory.
+fn chat_cwd(flag: Option<&Path>) -> Result<std::path::PathBuf, Failure> {
+    match flag {
+        Some(dir) => match std::fs::canonicalize(dir) {
+            Ok(path) if path.is_dir() => Ok(path),
+            Ok(path) => Err(usage(
+                "cwd_invalid",
+                format!("--cwd {}: not a directory", path.display()),
+            )),
+            Err(e) => Err(usage(
+                "cwd_invalid",
+                format!("--cwd {}: {}", dir.display(), crate::error_chain(&e)),
+            )),
+        },
+        None => std::env::current_dir()
+            .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e)),
+    }
+}
+
 async fn chat(
     data_dir: Option<&Path>,
     config_dir: Option<&Path>,
@@ -243,8 +263,10 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
+        cwd: Some(cwd),
         acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()
     };
@@ -279,8 +301,12 @@ async fn chat(
     agent_token.revoke().await;
     let report = result.map_err(|e| {
         let exit = match &e {
-            TurnSetupError::Launch { .. } => Exit::AgentUnavailable,
-            TurnSetupError::ThreadAgentMismatch { .. } | TurnSetupError::EmptyPrompt => Exit::Usage,
+            TurnSetupError::Launch { .. } | TurnSetupError::ThreadCwdMissing { .. } => {
+                Exit::AgentUnavailable
+            }
+            TurnSetupError::ThreadAgentMismatch { .. }
+            | TurnSetupError::EmptyPrompt
+            | TurnSetupError::CwdNotUtf8(_) => Exit::Usage,
             TurnSetupError::Store(s) => return store_failure(s),
             _ => Exit::Protocol,
         };
@@ -352,6 +378,7 @@ fn thread_json(t: &ThreadRecord) -> Value {
         "created_at": format_ms(t.created_at_ms),
         "updated_at": format_ms(t.updated_at_ms),
         "run_count": t.run_count,
+        "cwd": t.cwd,
     })
 }
 
@@ -411,17 +438,20 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
             } else if list.is_empty() {
                 print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
             } else {
-                let mut rows = vec![["ID", "AGENT", "RUNS", "UPDATED", "TITLE"].map(String::from)];
+                let mut rows = vec![
+                    ["ID", "AGENT", "RUNS", "UPDATED", "DIRECTORY", "TITLE"].map(String::from),
+                ];
                 rows.extend(list.iter().map(|t| {
                     [
                         t.id.to_string(),
                         line(&t.agent),
                         t.run_count.to_string(),
                         format_ms(t.updated_at_ms),
+                        line(t.cwd.as_deref().unwrap_or("-")),
                         line(&t.title),
                     ]
                 }));
-                let mut text = table(&rows, &[false, false, true, false, false]);
+                let mut text = table(&rows, &[false, false, true, false, false, false]);
                 if more > 0 {
                     text.push_str(&format!("({more} more; use --limit)\n"));
                 }
@@ -478,11 +508,16 @@ pub(crate) fn table<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> 
 fn detail_text(d: &ThreadDetail) -> String {
     let t = &d.thread;
     let mut s = format!(
-        "thread {}  agent {}  session {}\ntitle: {}\ncreated {}  updated {}\n",
+        "thread {}  agent {}  session {}\ntitle: {}\ndirectory: {}\ncreated {}  updated {}\n",
         t.id,
         line(&t.agent),
         line(t.session_id.as_deref().unwrap_or("-")),
         line(&t.title),
+        match t.cwd.as_deref() {
+            Some(dir) if Path::new(dir).is_dir() => line(dir),
+            Some(dir) => format!("{} (gone: the next turn will be refused)", line(dir)),
+            None => "- (not recorded: turns run in the current directory)".to_owned(),
+        },
         format_ms(t.created_at_ms),
         format_ms(t.updated_at_ms)
     );

@@ -441,3 +441,94 @@ async fn a_broken_stdout_still_reports_the_thread_and_run_ids_on_stderr() {
     assert!(out.stderr.contains("thread th_"), "{out:?}");
     assert!(out.stderr.contains("run run_"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_remember_where_they_run() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    let project = host.path("project");
+    let elsewhere = host.path("elsewhere");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let project = std::fs::canonicalize(&project).unwrap();
+    let project_str = project.display().to_string();
+    let first = host
+        .run_in(&project, &["chat", "--agent", "fx", "--json", "pwd"])
+        .await;
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(first.json()["text"], format!("echo: pwd={project_str}"));
+    let thread = thread_id(&first);
+    // A follow-up from another directory still runs the agent in the thread's directory.
+    let second = host
+        .run_in(&elsewhere, &["chat", "--thread", &thread, "--json", "pwd"])
+        .await;
+    assert_eq!(second.code, 0, "{second:?}");
+    assert_eq!(second.json()["text"], format!("echo: pwd={project_str}"));
+    assert_eq!(
+        host.thread(&thread).await["thread"]["cwd"],
+        project_str.as_str()
+    );
+    let list = host.run(&["threads", "list", "--json"]).await;
+    assert_eq!(list.json()[0]["cwd"], project_str.as_str());
+    let table = host.run(&["threads", "list"]).await;
+    assert!(table.stdout.contains("DIRECTORY"), "{table:?}");
+    assert!(table.stdout.contains(&project_str), "{table:?}");
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown
+            .stdout
+            .contains(&format!("directory: {project_str}\n")),
+        "{shown:?}"
+    );
+
+    // `--cwd DIR` picks the directory of a new thread; it cannot move an existing one.
+    let third = host
+        .run_in(
+            &project,
+            &[
+                "chat",
+                "--agent",
+                "fx",
+                "--cwd",
+                "../elsewhere",
+                "--json",
+                "pwd",
+            ],
+        )
+        .await;
+    assert_eq!(third.code, 0, "{third:?}");
+    let elsewhere_str = std::fs::canonicalize(&elsewhere)
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(third.json()["text"], format!("echo: pwd={elsewhere_str}"));
+    let moved = host
+        .run(&["chat", "--thread", &thread, "--cwd", "/", "hi"])
+        .await;
+    assert_eq!(moved.code, 2, "{moved:?}");
+    let missing = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--cwd",
+            "/nonexistent/awp-dir",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(missing.code, 2, "{missing:?}");
+    assert!(missing.stderr.contains("cwd_invalid"), "{missing:?}");
+
+    // A thread whose directory has gone is refused before anything is launched or recorded.
+    std::fs::remove_dir(&project).unwrap();
+    let gone = host
+        .run_in(&elsewhere, &["chat", "--thread", &thread, "hi"])
+        .await;
+    assert_eq!(gone.code, 3, "{gone:?}");
+    assert!(gone.stderr.contains("thread_cwd_missing"), "{gone:?}");
+    assert!(gone.stderr.contains(&project_str), "{gone:?}");
+    assert_eq!(host.thread(&thread).await["thread"]["run_count"], 2);
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(shown.stdout.contains("(gone"), "{shown:?}");
+}

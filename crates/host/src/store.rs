@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -246,6 +246,9 @@ pub struct ThreadRecord {
     pub updated_at_ms: i64,
     /// Number of runs.
     pub run_count: u64,
+    /// The directory the thread's agent runs in (absolute, UTF-8), recorded when the thread was created; `None`
+    /// for threads created before schema 3 (their turns run where the host runs).
+    pub cwd: Option<String>,
 }
 
 /// A stored message.
@@ -344,6 +347,8 @@ pub struct NewRun<'a> {
     /// Title of a new thread (bounded like a prompt title); `None` derives it from `prompt`. Ignored for an
     /// existing thread.
     pub title: Option<&'a str>,
+    /// Working directory recorded on a new thread ([`ThreadRecord::cwd`]). Ignored for an existing thread.
+    pub cwd: Option<&'a str>,
 }
 
 /// A run in progress: holds the run's lock file until dropped or [`Store::finish_run`].
@@ -579,6 +584,11 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             PRAGMA user_version = 2;",
         )
         .map_err(db("migrating to schema 2"))?;
+    }
+    if version < 3 {
+        // Threads remember where they run (the agent's working directory); older threads have none.
+        tx.execute_batch("ALTER TABLE threads ADD COLUMN cwd TEXT; PRAGMA user_version = 3;")
+            .map_err(db("migrating to schema 3"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
@@ -836,8 +846,8 @@ impl Store {
             ThreadChoice::New { agent } => {
                 let id = guard.thread_id.clone();
                 tx.execute(
-                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
-                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now],
+                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms, cwd) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now, run.cwd],
                 )
                 .map_err(db("creating a thread"))?;
                 id
@@ -1263,7 +1273,7 @@ macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
             "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
-            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id) FROM threads t ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd FROM threads t ",
             $tail
         )
     };
@@ -1277,7 +1287,16 @@ const THREAD_SELECT_PAGE: &str = thread_select!(
      ORDER BY t.updated_at_ms DESC, t.id DESC LIMIT ?1"
 );
 
-type ThreadRow = (String, String, String, Option<String>, i64, i64, i64);
+type ThreadRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+);
 
 fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
     Ok((
@@ -1288,11 +1307,12 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         r.get(4)?,
         r.get(5)?,
         r.get(6)?,
+        r.get(7)?,
     ))
 }
 
 fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
-    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs) = row;
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd) = row;
     Ok(ThreadRecord {
         id: parse_thread(&id)?,
         agent,
@@ -1301,6 +1321,7 @@ fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
         created_at_ms,
         updated_at_ms,
         run_count: to_u64(runs),
+        cwd,
     })
 }
 
@@ -1328,6 +1349,7 @@ mod tests {
             prompt,
             resumed_session_id: resume,
             title: None,
+            cwd: Some("/srv/project"),
         }
     }
 
@@ -1612,21 +1634,58 @@ mod tests {
         };
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE tasks; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; PRAGMA user_version = 1;",
+        )
+        .unwrap();
         drop(conn);
         let store = open(tmp.path());
         let version: u32 = store
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA_VERSION);
         let tasks: i64 = store
             .conn
             .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
             .unwrap();
         assert_eq!(tasks, 0);
         assert_eq!(store.thread_detail(&thread).unwrap().thread.title, "old");
+    }
+
+    #[test]
+    fn threads_remember_their_working_directory_and_older_threads_gain_an_empty_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let thread = {
+            let mut store = open(tmp.path());
+            let run = store
+                .begin_run(new_run(new_thread(), "here", None))
+                .unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            assert_eq!(
+                store.thread(&thread).unwrap().unwrap().cwd.as_deref(),
+                Some("/srv/project")
+            );
+            // A follow-up never changes the recorded directory.
+            let mut follow = new_run(ThreadChoice::Existing(thread.clone()), "more", None);
+            follow.cwd = Some("/elsewhere");
+            let run = store.begin_run(follow).unwrap();
+            store.finish_run(run, &succeeded()).unwrap();
+            assert_eq!(
+                store.list_threads(10).unwrap()[0].cwd.as_deref(),
+                Some("/srv/project")
+            );
+            thread
+        };
+        // What awp-host wrote before schema 3: no `cwd` column.
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch("ALTER TABLE threads DROP COLUMN cwd; PRAGMA user_version = 2;")
+            .unwrap();
+        drop(conn);
+        let store = open(tmp.path());
+        let t = store.thread(&thread).unwrap().unwrap();
+        assert_eq!((t.title.as_str(), t.cwd), ("here", None));
     }
 
     #[test]

@@ -33,7 +33,10 @@ pub const INVALID_SESSION_ID: &str = codes::INVALID_SESSION_ID;
 pub struct TurnOptions {
     /// Fail the turn after this long without agent output (`agent_idle_timeout`). Default `None` (off).
     pub idle_timeout: Option<Duration>,
-    /// Working directory of the agent. Default `None` (the host's).
+    /// Working directory of the agent in a new thread, recorded on the thread (absolute, UTF-8). A thread that
+    /// recorded a directory always runs there instead (checked before the run is recorded:
+    /// [`TurnSetupError::ThreadCwdMissing`]); a thread without one (created before schema 3, or with this
+    /// `None`) runs here. Default `None` (the host's working directory, nothing recorded).
     pub cwd: Option<PathBuf>,
     /// Assistant text is written to the store whenever this many bytes are pending, at each tool use and at the
     /// end of the turn. Default 4096 bytes. A host killed mid-turn loses at most this much streamed text.
@@ -154,6 +157,18 @@ pub enum TurnSetupError {
     /// The prompt is empty and there are no attachments.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// The thread's recorded working directory is gone (or is no longer a directory): the agent would run
+    /// somewhere else and lose its per-directory session.
+    #[error("thread {thread} runs in {}, which is not a directory any more (restore it, or start a new thread)", .cwd.display())]
+    ThreadCwdMissing {
+        /// The thread.
+        thread: ThreadId,
+        /// Its recorded directory.
+        cwd: PathBuf,
+    },
+    /// [`TurnOptions::cwd`] is not valid UTF-8, so it cannot be recorded on the thread.
+    #[error("the working directory {} is not valid UTF-8", .0.display())]
+    CwdNotUtf8(PathBuf),
     /// The store failed (includes an unknown thread: [`StoreError::ThreadNotFound`]).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -166,6 +181,8 @@ impl TurnSetupError {
             TurnSetupError::ThreadAgentMismatch { .. } => "thread_agent_mismatch",
             TurnSetupError::Launch { source, .. } => source.code(),
             TurnSetupError::EmptyPrompt => "empty_prompt",
+            TurnSetupError::ThreadCwdMissing { .. } => "thread_cwd_missing",
+            TurnSetupError::CwdNotUtf8(_) => "cwd_not_utf8",
             TurnSetupError::Store(e) => e.code(),
         }
     }
@@ -234,6 +251,7 @@ impl AgentRunner {
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         model: Option<&str>,
+        cwd: Option<&std::path::Path>,
         options: &TurnOptions,
     ) -> Result<Self, (String, String)> {
         if agent.protocol == AgentProtocol::Acp {
@@ -242,7 +260,7 @@ impl AgentRunner {
                 agent.max_line_bytes,
                 resume.as_ref(),
                 model,
-                options.cwd.as_deref(),
+                cwd,
                 options.idle_timeout,
                 options.acp_permissions.clone(),
                 options.max_tool_summary_chars,
@@ -252,7 +270,7 @@ impl AgentRunner {
         }
         let mut session_options = SessionOptions::default();
         session_options.idle_timeout = options.idle_timeout;
-        session_options.cwd = options.cwd.clone();
+        session_options.cwd = cwd.map(std::path::Path::to_path_buf);
         session_options.resumed_from = resume;
         session_options.limits.max_line_bytes = agent.max_line_bytes;
         match AgentSession::spawn(plan, session_options).await {
@@ -457,12 +475,20 @@ pub async fn run_turn(
     if request.prompt.trim().is_empty() && request.attachments.is_empty() {
         return Err(TurnSetupError::EmptyPrompt);
     }
-    let (thread_choice, resume) = match &request.thread {
+    let new_cwd = match &options.cwd {
+        Some(dir) => Some(
+            dir.to_str()
+                .ok_or_else(|| TurnSetupError::CwdNotUtf8(dir.clone()))?,
+        ),
+        None => None,
+    };
+    let (thread_choice, resume, cwd) = match &request.thread {
         None => (
             ThreadChoice::New {
                 agent: agent.name.clone(),
             },
             None,
+            options.cwd.clone(),
         ),
         Some(id) => {
             let thread = store
@@ -482,7 +508,20 @@ pub async fn run_turn(
                 })?),
                 None => None,
             };
-            (ThreadChoice::Existing(id.clone()), resume)
+            let cwd = match thread.cwd {
+                Some(dir) => {
+                    let dir = PathBuf::from(dir);
+                    if !dir.is_dir() {
+                        return Err(TurnSetupError::ThreadCwdMissing {
+                            thread: id.clone(),
+                            cwd: dir,
+                        });
+                    }
+                    Some(dir)
+                }
+                None => options.cwd.clone(),
+            };
+            (ThreadChoice::Existing(id.clone()), resume, cwd)
         }
     };
     let model = request
@@ -512,6 +551,7 @@ pub async fn run_turn(
         prompt: &stored_prompt,
         resumed_session_id: resume.as_ref().map(SessionId::as_str),
         title: request.title.as_deref(),
+        cwd: new_cwd,
     })?;
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
@@ -565,7 +605,9 @@ pub async fn run_turn(
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let drive = async {
         let mut runner =
-            match AgentRunner::start(agent, &plan, resume.clone(), model, options).await {
+            match AgentRunner::start(agent, &plan, resume.clone(), model, cwd.as_deref(), options)
+                .await
+            {
                 Ok(runner) => runner,
                 Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
             };
