@@ -274,6 +274,7 @@ async fn resident_memory(out: &mut String, tmp: &Path) {
                         status: RunStatus::Succeeded,
                         usage: None,
                         error_code: None,
+                        error_reason: None,
                         total_cost_usd: None,
                         pending_text: None,
                     },

@@ -341,16 +341,8 @@ async fn chat(
         (_, code) => {
             let code = code.as_deref().unwrap_or("turn_failed");
             let mut message = failure_message(code, report.error_detail.as_deref());
-            let tail_line = report
-                .stderr_tail
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty());
-            if (code == "spawn_failed" || code == "agent_exited_mid_turn")
-                && let Some(last) = tail_line
-            {
-                let last = agentwire_host::store::bounded_line(last, 200);
-                message.push_str(&format!(" (agent stderr: {last})"));
+            if let Some(reason) = &report.error_reason {
+                message.push_str(&format!(" — the agent said: {reason}"));
             }
             Err(Failure::new(Exit::for_turn_code(code), code, message))
         }
@@ -398,7 +390,7 @@ fn run_json(r: &RunRecord) -> Value {
             "cache_read_input_tokens": u.cache_read_input_tokens,
             "cache_creation_input_tokens": u.cache_creation_input_tokens,
         })),
-        "error": r.error_code.as_ref().map(|c| json!({"code": c})),
+        "error": r.error_code.as_ref().map(|c| json!({"code": c, "reason": r.error_reason})),
         "total_cost_usd": r.total_cost_usd,
     })
 }
@@ -547,6 +539,9 @@ fn detail_text(d: &ThreadDetail) -> String {
                 .map(|c| format!("  error {}", line(c)))
                 .unwrap_or_default()
         ));
+        if let Some(reason) = &r.error_reason {
+            s.push_str(&format!("    why: {}\n", line(reason)));
+        }
     }
     s.push_str("\nsession ids (oldest first):\n");
     for sess in &d.sessions {

@@ -138,6 +138,9 @@ pub fn result_record(report: &TurnReport, with_text: bool) -> Value {
         if let Some(detail) = &report.error_detail {
             e["detail"] = json!(detail);
         }
+        if let Some(reason) = &report.error_reason {
+            e["reason"] = json!(reason);
+        }
         e
     });
     let mut record = json!({

@@ -532,3 +532,55 @@ async fn threads_remember_where_they_run() {
     let shown = host.run(&["threads", "show", &thread]).await;
     assert!(shown.stdout.contains("(gone"), "{shown:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_turn_says_why_in_the_agents_own_words() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"errors\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"errors-result\"]\n\
+         [[agents]]\nname = \"notjson\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"not-json\"]\n\
+         [[agents]]\nname = \"bogus\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"bogus-mode\"]\n",
+    );
+    // 1. The result's own text (Claude Code's `errors`): in --json, the human error and the stored run.
+    let out = host
+        .run(&["chat", "--agent", "errors", "--json", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let record = out.json();
+    let why = "No conversation found with session ID: fixture; see the log";
+    assert_eq!(record["error"]["code"], "agent_error");
+    assert_eq!(record["error"]["reason"], why);
+    let thread = record["thread_id"].as_str().unwrap().to_owned();
+    let human = host.run(&["chat", "--thread", &thread, "hi"]).await;
+    assert_eq!(human.code, 6, "{human:?}");
+    assert!(
+        human.stderr.contains(&format!("the agent said: {why}")),
+        "{human:?}"
+    );
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["runs"][0]["error"]["reason"], why);
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown.stdout.contains(&format!("    why: {why}\n")),
+        "{shown:?}"
+    );
+
+    // 2. Nothing but non-protocol stdout: say how much and show the first line.
+    let out = host
+        .run(&["chat", "--agent", "notjson", "--jsonl", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let record = result_record(&out);
+    assert_eq!(
+        record["error"]["reason"],
+        "the agent printed 3 lines that are not JSON; first: Please log in: open https://login.example/device and enter ABCD"
+    );
+
+    // 3. Its stderr, when it exits at once.
+    let out = host
+        .run(&["chat", "--agent", "bogus", "--json", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let reason = out.json()["error"]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("bogus-mode"), "{reason}");
+}

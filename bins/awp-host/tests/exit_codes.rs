@@ -374,7 +374,8 @@ async fn an_agent_that_exits_at_startup_is_always_agent_exited_mid_turn_with_its
     for _ in 0..5 {
         let out = host.run(&["chat", "--agent", "bogus", "x"]).await;
         check(&out, 6, "agent_exited_mid_turn");
-        assert!(out.stderr.contains("(agent stderr: "), "{out:?}");
+        assert!(out.stderr.contains("the agent said: "), "{out:?}");
+        assert!(out.stderr.contains("bogus-mode"), "{out:?}");
     }
 }
 

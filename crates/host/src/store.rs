@@ -291,6 +291,9 @@ pub struct RunRecord {
     pub usage: Option<RunUsage>,
     /// Stable failure code (`agent_exited_mid_turn`, `cancelled`, …).
     pub error_code: Option<String>,
+    /// Why the run failed in the agent's own words (see [`RunEnd::error_reason`]); `None` for runs before
+    /// schema 3.
+    pub error_reason: Option<String>,
     /// Agent-reported cost in USD, if any.
     pub total_cost_usd: Option<f64>,
 }
@@ -397,6 +400,9 @@ pub struct RunEnd {
     pub usage: Option<RunUsage>,
     /// Stable failure code, if any.
     pub error_code: Option<String>,
+    /// Why it failed, in the agent's words: a bounded, escaped one-line text (the turn runner's
+    /// `failure_reason`). Stored as given.
+    pub error_reason: Option<String>,
     /// Cost, if reported.
     pub total_cost_usd: Option<f64>,
     /// Assistant text still pending, stored with the end (saves a commit per turn).
@@ -586,9 +592,14 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         .map_err(db("migrating to schema 2"))?;
     }
     if version < 3 {
-        // Threads remember where they run (the agent's working directory); older threads have none.
-        tx.execute_batch("ALTER TABLE threads ADD COLUMN cwd TEXT; PRAGMA user_version = 3;")
-            .map_err(db("migrating to schema 3"))?;
+        // Threads remember where they run (the agent's working directory), runs why they failed (the agent's
+        // own words); older rows have neither.
+        tx.execute_batch(
+            "ALTER TABLE threads ADD COLUMN cwd TEXT;
+             ALTER TABLE runs ADD COLUMN error_reason TEXT;
+             PRAGMA user_version = 3;",
+        )
+        .map_err(db("migrating to schema 3"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
@@ -973,7 +984,8 @@ impl Store {
             }
             tx.execute(
                 "UPDATE runs SET status=?2, ended_at_ms=?3, input_tokens=?4, output_tokens=?5,
-                    cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9
+                    cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9,
+                    error_reason=?10
                  WHERE id=?1",
                 params![
                     run.run_id.as_str(),
@@ -985,6 +997,7 @@ impl Store {
                     usage.as_ref().and_then(|u| u.cache_creation_input_tokens).map(to_i64),
                     end.total_cost_usd,
                     end.error_code,
+                    end.error_reason,
                 ],
             )
             .map_err(db("finishing a run"))?;
@@ -1153,7 +1166,7 @@ impl Store {
         let sql = format!(
             "SELECT id, thread_id, agent, model, status, started_at_ms, ended_at_ms, resumed_session_id, session_id,
                 input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, total_cost_usd,
-                error_code FROM runs WHERE {clause}"
+                error_code, error_reason FROM runs WHERE {clause}"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(db(op))?;
         type Raw = (
@@ -1168,7 +1181,7 @@ impl Store {
             Option<String>,
             (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
             Option<f64>,
-            Option<String>,
+            (Option<String>, Option<String>),
         );
         let raws: Vec<Raw> = stmt
             .query_map(params![arg], |r| {
@@ -1184,7 +1197,7 @@ impl Store {
                     r.get(8)?,
                     (r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?),
                     r.get(13)?,
-                    r.get(14)?,
+                    (r.get(14)?, r.get(15)?),
                 ))
             })
             .map_err(db(op))?
@@ -1204,7 +1217,7 @@ impl Store {
                     session,
                     u,
                     cost,
-                    error_code,
+                    (error_code, error_reason),
                 )| {
                     let usage = match u {
                         (Some(i), Some(o), cr, cc) => Some(RunUsage {
@@ -1227,6 +1240,7 @@ impl Store {
                         session_id: session,
                         usage,
                         error_code,
+                        error_reason,
                         total_cost_usd: cost,
                     })
                 },
@@ -1368,6 +1382,7 @@ mod tests {
                 ..RunUsage::default()
             }),
             error_code: None,
+            error_reason: None,
             total_cost_usd: Some(0.25),
             pending_text: None,
         }
@@ -1635,7 +1650,8 @@ mod tests {
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; PRAGMA user_version = 1;",
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+             PRAGMA user_version = 1;",
         )
         .unwrap();
         drop(conn);
@@ -1680,8 +1696,11 @@ mod tests {
         };
         // What awp-host wrote before schema 3: no `cwd` column.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
-        conn.execute_batch("ALTER TABLE threads DROP COLUMN cwd; PRAGMA user_version = 2;")
-            .unwrap();
+        conn.execute_batch(
+            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
         drop(conn);
         let store = open(tmp.path());
         let t = store.thread(&thread).unwrap().unwrap();

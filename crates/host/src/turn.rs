@@ -21,7 +21,7 @@ use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
     NewRun, PendingText, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice,
-    bounded_line,
+    bounded_line, escape_controls,
 };
 
 /// Code of a run whose agent reported an invalid session id: the thread could not be resumed, so the host treats
@@ -96,10 +96,79 @@ async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
 
 /// How the agent side of a turn ended.
 enum Driven {
-    /// The turn never started (spawn or stdin write failed): code, detail, stderr tail.
-    Early(String, String, String),
-    /// The turn ran: its outcome (if the runner produced one) and the stderr tail.
-    Done(Option<TurnOutcome>, String),
+    /// The turn never started (spawn or stdin write failed): code, detail, what the agent left.
+    Early(String, String, Leftovers),
+    /// The turn ran: its outcome (if the runner produced one) and what the agent left.
+    Done(Option<TurnOutcome>, Leftovers),
+}
+
+/// What a stopped agent left behind for diagnostics.
+#[derive(Debug, Default)]
+struct Leftovers {
+    /// Last bytes of its stderr.
+    stderr_tail: String,
+    /// Stdout lines that were not protocol (AWP agents only).
+    malformed_lines: u64,
+    /// The first of them, bounded.
+    first_malformed_line: Option<String>,
+}
+
+/// At most this many last stderr lines make a [`failure_reason`].
+pub const MAX_REASON_STDERR_LINES: usize = 5;
+/// Each line of a [`failure_reason`] is cut at this many characters (with `…`).
+pub const MAX_REASON_LINE_CHARS: usize = 200;
+/// A whole [`failure_reason`] is cut at this many characters (with `…`).
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// Why a turn failed, in the agent's own words, first found of:
+/// 1. `result_text`: the `result` text (or Claude Code's `errors`) of its result, unless it only repeats
+///    `detail` (the stable code already reported);
+/// 2. the last [`MAX_REASON_STDERR_LINES`] non-blank lines of its stderr, joined with ` | `;
+/// 3. what it printed on stdout that was not protocol: `the agent printed N lines that are not JSON; first: …`.
+///
+/// Every line is escaped ([`crate::store::escape_controls`], one-line) and cut at [`MAX_REASON_LINE_CHARS`],
+/// the whole at [`MAX_REASON_CHARS`]. `None` when the agent left nothing.
+pub fn failure_reason(
+    result_text: Option<&str>,
+    detail: Option<&str>,
+    stderr_tail: &str,
+    malformed_lines: u64,
+    first_malformed_line: Option<&str>,
+) -> Option<String> {
+    let one_line = |text: &str, max: usize| bounded_line(&escape_controls(text.trim(), true), max);
+    if let Some(text) = result_text.map(str::trim).filter(|t| !t.is_empty())
+        && Some(text) != detail
+    {
+        return Some(one_line(text, MAX_REASON_CHARS));
+    }
+    let lines: Vec<&str> = stderr_tail
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if !lines.is_empty() {
+        let last = lines.get(lines.len().saturating_sub(MAX_REASON_STDERR_LINES)..)?;
+        let joined = last
+            .iter()
+            .map(|l| one_line(l, MAX_REASON_LINE_CHARS))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        return Some(bounded_line(&joined, MAX_REASON_CHARS));
+    }
+    if malformed_lines > 0 {
+        let plural = if malformed_lines == 1 {
+            "line"
+        } else {
+            "lines"
+        };
+        let verb = if malformed_lines == 1 { "is" } else { "are" };
+        let first = first_malformed_line
+            .map(|l| format!("; first: {}", one_line(l, MAX_REASON_LINE_CHARS)))
+            .unwrap_or_default();
+        return Some(format!(
+            "the agent printed {malformed_lines} {plural} that {verb} not JSON{first}"
+        ));
+    }
+    None
 }
 
 impl Default for TurnOptions {
@@ -203,6 +272,9 @@ pub struct TurnReport {
     pub error_code: Option<String>,
     /// Detail of the failure (the agent's stable code, exit status, …), never a secret.
     pub error_detail: Option<String>,
+    /// Why the turn failed in the agent's own words ([`failure_reason`]); stored on the run. `None` on success,
+    /// on cancel, or when the agent left nothing to say.
+    pub error_reason: Option<String>,
     /// Usage.
     pub usage: Option<Usage>,
     /// Agent-reported cost.
@@ -313,14 +385,22 @@ impl AgentRunner {
         }
     }
 
-    /// Ends the agent process with the stop ladder; returns the stderr tail.
-    async fn finish(self) -> String {
+    /// Ends the agent process with the stop ladder; returns what it left (stderr tail, non-protocol lines).
+    async fn finish(self) -> Leftovers {
         match self {
             AgentRunner::Awp(mut session) => {
                 session.stop().await;
-                session.diagnostics().stderr_tail
+                let d = session.diagnostics();
+                Leftovers {
+                    stderr_tail: d.stderr_tail,
+                    malformed_lines: d.counters.malformed_lines,
+                    first_malformed_line: d.first_malformed_line,
+                }
             }
-            AgentRunner::Acp(runner) => runner.finish().await,
+            AgentRunner::Acp(runner) => Leftovers {
+                stderr_tail: runner.finish().await,
+                ..Leftovers::default()
+            },
         }
     }
 }
@@ -572,11 +652,19 @@ pub async fn run_turn(
         invalid_session_id: false,
     };
 
-    let fail_early = |recorder: Recorder<'_>, code: &str, detail: String| {
+    let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
+        let error_reason = failure_reason(
+            None,
+            None,
+            &left.stderr_tail,
+            left.malformed_lines,
+            left.first_malformed_line.as_deref(),
+        );
         let end = RunEnd {
             status: RunStatus::Failed,
             usage: None,
             error_code: Some(code.to_owned()),
+            error_reason: error_reason.clone(),
             total_cost_usd: None,
             pending_text: None,
         };
@@ -594,11 +682,12 @@ pub async fn run_turn(
             status: RunStatus::Failed,
             error_code: Some(code.to_owned()),
             error_detail: Some(detail),
+            error_reason,
             usage: None,
             total_cost_usd: None,
             duration: started.elapsed(),
             assistant_text: String::new(),
-            stderr_tail: String::new(),
+            stderr_tail: left.stderr_tail,
         })
     };
 
@@ -609,7 +698,7 @@ pub async fn run_turn(
                 .await
             {
                 Ok(runner) => runner,
-                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+                Err((code, cause)) => return Ok(Driven::Early(code, cause, Leftovers::default())),
             };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
@@ -620,7 +709,7 @@ pub async fn run_turn(
         }
         if let Err((code, detail)) = runner.send(&blocks).await {
             // Stops the agent, waiting for its exit and draining its stderr.
-            let stderr_tail = runner.finish().await;
+            let left = runner.finish().await;
             // An agent that died before reading the turn (a broken stdin pipe, or its exit seen first) is one
             // failure whichever way the race went: reported like an exit mid-turn, with its stderr tail.
             if code == STDIN_WRITE_FAILED || code == AGENT_EXITED {
@@ -628,10 +717,10 @@ pub async fn run_turn(
                 return Ok(Driven::Early(
                     codes::AGENT_EXITED_MID_TURN.to_owned(),
                     detail,
-                    stderr_tail,
+                    left,
                 ));
             }
-            return Ok(Driven::Early(code, detail, stderr_tail));
+            return Ok(Driven::Early(code, detail, left));
         }
         let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
@@ -661,8 +750,8 @@ pub async fn run_turn(
                 break;
             }
         }
-        let stderr_tail = runner.finish().await;
-        Ok(Driven::Done(outcome, stderr_tail))
+        let left = runner.finish().await;
+        Ok(Driven::Done(outcome, left))
     };
     // Dropping `drive` drops the runner, whose child kills the agent's process group with SIGKILL.
     let driven = tokio::select! {
@@ -670,12 +759,10 @@ pub async fn run_turn(
         () = abort_requested(options.abort.clone()) => None,
         driven = drive => Some(driven),
     };
-    let (outcome, stderr_tail) = match driven {
-        Some(Ok(Driven::Done(outcome, stderr_tail))) => (outcome, stderr_tail),
-        Some(Ok(Driven::Early(code, detail, stderr_tail))) => {
-            let mut report = fail_early(recorder, &code, detail)?;
-            report.stderr_tail = stderr_tail;
-            return Ok(report);
+    let (outcome, left) = match driven {
+        Some(Ok(Driven::Done(outcome, left))) => (outcome, left),
+        Some(Ok(Driven::Early(code, detail, left))) => {
+            return fail_early(recorder, &code, detail, left);
         }
         Some(Err(e)) => return Err(e.into()),
         None => {
@@ -683,7 +770,7 @@ pub async fn run_turn(
                 code: codes::CANCELLED.to_owned(),
                 detail: Some(ABORTED.to_owned()),
             });
-            (Some(outcome), String::new())
+            (Some(outcome), Leftovers::default())
         }
     };
     // `next_event` ends every accepted turn with TurnCompleted; a missing one would be a runner bug, recorded as
@@ -709,6 +796,16 @@ pub async fn run_turn(
         error_detail =
             Some("the agent reported a session id outside [A-Za-z0-9._:-]{1,256}".to_owned());
     }
+    let error_reason = match status {
+        RunStatus::Failed => failure_reason(
+            outcome.result_text.as_deref(),
+            error_detail.as_deref(),
+            &left.stderr_tail,
+            left.malformed_lines,
+            left.first_malformed_line.as_deref(),
+        ),
+        _ => None,
+    };
     let pending_text = (!recorder.pending.is_empty()).then(|| PendingText {
         message: recorder.message,
         text: std::mem::take(&mut recorder.pending),
@@ -717,6 +814,7 @@ pub async fn run_turn(
         status,
         usage: outcome.usage.as_ref().map(run_usage),
         error_code: error_code.clone(),
+        error_reason: error_reason.clone(),
         total_cost_usd: outcome.total_cost_usd,
         pending_text,
     };
@@ -735,11 +833,12 @@ pub async fn run_turn(
         status,
         error_code,
         error_detail,
+        error_reason,
         usage: outcome.usage,
         total_cost_usd: outcome.total_cost_usd,
         duration: started.elapsed(),
         assistant_text: full_text,
-        stderr_tail,
+        stderr_tail: left.stderr_tail,
     })
 }
 
@@ -766,6 +865,55 @@ mod tests {
             "↳ error: boom"
         );
         assert_eq!(tool_result_summary(false, "a\tb", 120), "↳ a b");
+    }
+
+    #[test]
+    fn a_failure_reason_is_the_agents_own_words_bounded() {
+        // The result text, unless it only repeats the reported code.
+        assert_eq!(
+            failure_reason(
+                Some("No conversation found"),
+                Some("error_during_execution"),
+                "x",
+                0,
+                None
+            ),
+            Some("No conversation found".to_owned())
+        );
+        assert_eq!(
+            failure_reason(
+                Some("fixture_failure"),
+                Some("fixture_failure"),
+                "",
+                0,
+                None
+            ),
+            None
+        );
+        // Else the last stderr lines, escaped, at most five, each bounded.
+        let tail = "one\n\ntwo\nthree\nfour\nfive\nsix\u{1b}[31m\n";
+        assert_eq!(
+            failure_reason(None, None, tail, 2, Some("banner")).as_deref(),
+            Some("two | three | four | five | six\\u{1b}[31m")
+        );
+        let long = "é".repeat(MAX_REASON_LINE_CHARS + 1);
+        let reason = failure_reason(None, None, &long, 0, None).unwrap();
+        assert_eq!(reason.chars().count(), MAX_REASON_LINE_CHARS);
+        let exact = "é".repeat(MAX_REASON_LINE_CHARS);
+        assert_eq!(failure_reason(None, None, &exact, 0, None), Some(exact));
+        let huge = "x".repeat(MAX_REASON_CHARS + 1);
+        let reason = failure_reason(Some(&huge), None, "", 0, None).unwrap();
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS);
+        // Else what it printed that was not protocol.
+        assert_eq!(
+            failure_reason(None, None, " \n", 3, Some("Please log in")).as_deref(),
+            Some("the agent printed 3 lines that are not JSON; first: Please log in")
+        );
+        assert_eq!(
+            failure_reason(None, None, "", 1, None).as_deref(),
+            Some("the agent printed 1 line that is not JSON")
+        );
+        assert_eq!(failure_reason(None, None, "", 0, None), None);
     }
 
     #[test]
