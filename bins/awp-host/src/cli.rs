@@ -16,6 +16,8 @@ Examples:
 
 Exit codes: 0 ok, 2 usage, 3 agent unavailable or thread busy, 6 turn failed, 7 cancelled or timed out,
 8 protocol violation or internal error, 130 second Ctrl-C/SIGTERM/SIGHUP (the agent was killed).
+With --json/--jsonl every path prints one JSON object on stdout; a failure without a result record is
+{\"type\":\"error\",\"error\":{\"code\",\"message\"},\"exit_code\":N} (usage errors included).
 Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter),
 AWP_CONTROL_PLANE_API_KEY (serve's task API key).";
 
@@ -197,7 +199,8 @@ pub enum ThreadsCommand {
 /// `agents` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
-    /// List agents: name, protocol, executable, model, and whether each is usable (or why not).
+    /// List agents: name, protocol, executable (a symlink as `LINK -> FILE`, the file that runs), model, and
+    /// whether each is usable (or why not, with its `agents.toml` line and column).
     List {
         /// Print JSON instead of a table
         #[arg(long)]

@@ -344,7 +344,8 @@ async fn chat(
             if let Some(reason) = &report.error_reason {
                 message.push_str(&format!(" — the agent said: {reason}"));
             }
-            Err(Failure::new(Exit::for_turn_code(code), code, message))
+            // `--json`/`--jsonl` printed the run's result record (with its error) already.
+            Err(Failure::new(Exit::for_turn_code(code), code, message).printed_as_json())
         }
     }
 }
@@ -560,7 +561,10 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "source": e.source.as_str(),
         "protocol": e.protocol,
         "executable": e.executable.as_ref().map(|p| p.display().to_string()),
+        "resolved_executable": e.resolved_executable.as_ref().map(|p| p.display().to_string()),
         "model": e.model,
+        "line": e.location.map(|(line, _)| line),
+        "column": e.location.map(|(_, column)| column),
         "default": e.name == default,
         "usable": e.is_usable(),
         "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
@@ -583,9 +587,20 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     }
     let mut rows = vec![["  NAME", "PROTOCOL", "MODEL", "EXECUTABLE", "STATUS"].map(String::from)];
     for e in registry.entries() {
+        let at = e
+            .location
+            .map(|(line, column)| {
+                format!("{}:{line}:{column}: ", agentwire_host::agents::CONFIG_FILE)
+            })
+            .unwrap_or_default();
         let status = match &e.status {
             Ok(_) => "usable".to_owned(),
-            Err(err) => format!("unusable: {err} ({})", err.code()),
+            Err(err) => format!("unusable: {at}{err} ({})", err.code()),
+        };
+        let executable = match (&e.executable, &e.resolved_executable) {
+            (Some(link), Some(file)) => format!("{} -> {}", link.display(), file.display()),
+            (Some(path), None) => path.display().to_string(),
+            (None, _) => "-".to_owned(),
         };
         rows.push([
             format!(
@@ -595,12 +610,7 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
             ),
             line(e.protocol.as_deref().unwrap_or("-")),
             line(e.model.as_deref().unwrap_or("-")),
-            line(
-                &e.executable
-                    .as_deref()
-                    .map(|p: &Path| p.display().to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ),
+            line(&executable),
             line(&status),
         ]);
     }
@@ -714,18 +724,21 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             .get(id)
             .is_some_and(|r| matches!(r.outcome, Outcome::Fail { .. }))
     });
+    // The report (printed above) is the one JSON object of `--json`.
     if not_started {
         Err(Failure::new(
             Exit::AgentUnavailable,
             "agent_unavailable",
             "the agent could not be launched",
-        ))
+        )
+        .printed_as_json())
     } else {
         let failed = report.failed_ids().join(", ");
         Err(Failure::new(
             Exit::Protocol,
             "check_failed",
             format!("the agent is not conformant: {failed}"),
-        ))
+        )
+        .printed_as_json())
     }
 }

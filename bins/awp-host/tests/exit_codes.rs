@@ -400,3 +400,85 @@ async fn bad_flag_values_are_usage_errors_naming_the_flag() {
     let out = host.run(&["chat", "--idle-timeout", "1s", "x"]).await;
     assert_eq!(out.code, 0, "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_prints_exactly_one_object_on_every_path() {
+    let host = Host::new();
+    host.fixture_agent("fx", "error-result", "awp-jsonl");
+    let one_object = |out: &support::Output| -> Value {
+        assert_eq!(out.stdout.lines().count(), 1, "{out:?}");
+        out.json()
+    };
+    // Usage errors found by argument parsing, failures before the turn starts, and a failed turn.
+    for (args, exit, code) in [
+        (
+            &["chat", "--json", "--idle-timeout", "0", "x"][..],
+            2,
+            "invalid_value",
+        ),
+        (
+            &["chat", "--jsonl", "--bogus", "x"][..],
+            2,
+            "unknown_argument",
+        ),
+        (&["threads", "show", "--json"][..], 2, "missing_argument"),
+        (
+            &["chat", "--json", "--thread", "th_1", "--new", "x"][..],
+            2,
+            "argument_conflict",
+        ),
+        (
+            &["chat", "--json", "--agent", "nope", "x"][..],
+            2,
+            "agent_not_found",
+        ),
+        (
+            &["chat", "--json", "--thread", "th_0123456789abcdef", "x"][..],
+            2,
+            "thread_not_found",
+        ),
+        (
+            &["threads", "show", "th_0123456789abcdef", "--json"][..],
+            2,
+            "thread_not_found",
+        ),
+        (
+            &["chat", "--jsonl", "--attach", "/nonexistent/f", "x"][..],
+            2,
+            "attachment_unreadable",
+        ),
+    ] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, exit, "{args:?}: {out:?}");
+        let v = one_object(&out);
+        assert_eq!(v["type"], "error", "{args:?}: {v}");
+        assert_eq!(v["error"]["code"], code, "{args:?}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert_eq!(v["exit_code"], exit, "{v}");
+        // The human line is still on stderr.
+        assert!(out.stderr.contains(&format!("({code})")), "{out:?}");
+    }
+    // A failed turn: its result record is the one object.
+    let out = host.run(&["chat", "--agent", "fx", "--json", "x"]).await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let v = one_object(&out);
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["code"].as_str()),
+        (Some("result"), Some("agent_error"))
+    );
+    // A check that fails prints its report only.
+    let out = host
+        .run(&["check", "--json", "--", "/nonexistent/agent"])
+        .await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(one_object(&out)["rules"].is_array());
+    // Help is still text.
+    let out = host.run(&["chat", "--json", "--help"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Usage:"), "{out:?}");
+}
