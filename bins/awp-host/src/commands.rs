@@ -111,28 +111,28 @@ fn read_prompt(args: &[String]) -> Result<String, Failure> {
         }
         return Ok(prompt);
     }
+    // Room for the limit, a trailing `\r\n`, and one byte more to see that it is over.
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
-        .take(MAX_STDIN_PROMPT_BYTES + 1)
+        .take(MAX_STDIN_PROMPT_BYTES + 3)
         .read_to_end(&mut bytes)
         .map_err(|e| Failure::from_error(Exit::Usage, "prompt_unreadable", &e))?;
+    // The newline that ends the last line (`echo`, a here-doc) is not part of the prompt: drop exactly one,
+    // before the size check (a 1 MiB prompt piped with its newline is within the limit).
+    if bytes.ends_with(b"\r\n") {
+        bytes.truncate(bytes.len() - 2);
+    } else if bytes.ends_with(b"\n") {
+        bytes.truncate(bytes.len() - 1);
+    }
     if bytes.len() as u64 > MAX_STDIN_PROMPT_BYTES {
         return Err(usage(
             "prompt_too_large",
             format!("the prompt on stdin is larger than {MAX_STDIN_PROMPT_BYTES} bytes"),
         ));
     }
-    let mut prompt = String::from_utf8(bytes)
-        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))?;
-    // The newline that ends the last line (`echo`, a here-doc) is not part of the prompt: drop exactly one.
-    if prompt.ends_with('\n') {
-        prompt.pop();
-        if prompt.ends_with('\r') {
-            prompt.pop();
-        }
-    }
-    Ok(prompt)
+    String::from_utf8(bytes)
+        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))
 }
 
 /// Signals that end a chat: SIGINT (Ctrl-C), SIGTERM and SIGHUP are handled alike.

@@ -584,3 +584,30 @@ async fn a_failed_turn_says_why_in_the_agents_own_words() {
     let reason = out.json()["error"]["reason"].as_str().unwrap().to_owned();
     assert!(reason.contains("bogus-mode"), "{reason}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_mib_stdin_prompt_with_its_trailing_newline_is_accepted() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    for ending in [&b"\n"[..], b"\r\n"] {
+        let mut input = vec![b'a'; 1024 * 1024];
+        input.extend_from_slice(ending);
+        let out = host
+            .run_with_stdin(&["chat", "--agent", "fx", "--json", "-"], &input)
+            .await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let detail = host.thread(&thread_id(&out)).await;
+        assert_eq!(
+            detail["messages"][0]["content"].as_str().map(str::len),
+            Some(1024 * 1024)
+        );
+        // One byte more than the limit is still refused, newline or not.
+        let mut over = vec![b'a'; 1024 * 1024 + 1];
+        over.extend_from_slice(ending);
+        let out = host
+            .run_with_stdin(&["chat", "--agent", "fx", "-"], &over)
+            .await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains("(prompt_too_large)"), "{out:?}");
+    }
+}
