@@ -427,6 +427,20 @@ pub struct Store {
     recovered: Vec<RunId>,
 }
 
+/// Sets `path` to mode 0600 when it is a regular file with another mode; nothing when it does not exist.
+#[cfg(unix)]
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o777 != 0o600 => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -698,6 +712,14 @@ impl Store {
         crate::paths::create_private_dir(&locks_dir)
             .map_err(|e| io(&locks_dir)(std::io::Error::other(e.to_string())))?;
         let path = data_dir.join(DATABASE_FILE);
+        // A database, `-wal` or `-shm` file left read-only (by hand, or created with the mode of a read-only
+        // database during a failed write) would make every later write fail: all three are made 0600 before
+        // SQLite opens them. A file we cannot change (another owner) is a typed error naming it.
+        #[cfg(unix)]
+        for suffix in ["", "-wal", "-shm"] {
+            let file = data_dir.join(format!("{DATABASE_FILE}{suffix}"));
+            make_private(&file).map_err(io(&file))?;
+        }
         let mut conn = Connection::open(&path).map_err(db("opening the database"))?;
         conn.busy_timeout(config.busy_timeout)
             .map_err(db("setting the busy timeout"))?;
@@ -1792,5 +1814,48 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join(DATABASE_FILE)), 0o600);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn read_only_database_files_left_behind_are_made_writable_before_opening() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let thread = {
+            let mut store = open(&dir);
+            let run = store.begin_run(new_run(new_thread(), "one", None)).unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            thread
+        };
+        // What a failed write against a read-only database leaves: the database and its `-wal`/`-shm` (created
+        // with the database's mode) all read-only.
+        let files: Vec<PathBuf> = ["", "-wal", "-shm"]
+            .iter()
+            .map(|s| dir.join(format!("{DATABASE_FILE}{s}")))
+            .collect();
+        for file in &files {
+            if !file.exists() {
+                std::fs::write(file, b"").unwrap();
+            }
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let mut store = open(&dir);
+        for file in &files {
+            if let Ok(meta) = std::fs::metadata(file) {
+                assert_eq!(
+                    meta.permissions().mode() & 0o777,
+                    0o600,
+                    "{}",
+                    file.display()
+                );
+            }
+        }
+        let run = store
+            .begin_run(new_run(ThreadChoice::Existing(thread.clone()), "two", None))
+            .unwrap();
+        store.finish_run(run, &succeeded()).unwrap();
+        assert_eq!(store.thread(&thread).unwrap().unwrap().run_count, 2);
     }
 }
