@@ -168,6 +168,11 @@ pub struct ChatArgs {
     /// [default: off]
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
+    /// Fail the turn (exit 7, agent_first_output_timeout) when an awp-jsonl/stream-json agent prints no protocol
+    /// event this many seconds after its turn was written (it may speak another protocol or wait for a login);
+    /// 0 = off, at most 86400 [default: the agent's `first_output_timeout_secs` in agents.toml, else 120]
+    #[arg(long, value_name = "SECS", value_parser = parse_first_output_timeout)]
+    pub first_output_timeout: Option<Duration>,
     /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max)
     #[arg(value_name = "PROMPT")]
     pub prompt: Vec<String>,
@@ -284,6 +289,17 @@ fn parse_idle_timeout(text: &str) -> Result<Duration, String> {
         return Err("must be at least 1s".to_owned());
     }
     Ok(duration)
+}
+
+/// `--first-output-timeout`: whole seconds, 0 (off) to
+/// [`agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS`].
+fn parse_first_output_timeout(text: &str) -> Result<Duration, String> {
+    let max = agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS;
+    match text.parse::<u64>() {
+        Ok(n) if n <= max => Ok(Duration::from_secs(n)),
+        Ok(_) => Err(format!("must be at most {max} seconds")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `--model`: a non-empty name.

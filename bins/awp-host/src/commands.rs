@@ -266,6 +266,7 @@ async fn chat(
     let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
+        first_output_timeout: args.first_output_timeout,
         cwd: Some(cwd),
         acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()

@@ -482,3 +482,85 @@ async fn json_prints_exactly_one_object_on_every_path() {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("Usage:"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_agent_fails_at_its_first_output_timeout_naming_the_likely_cause() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"mute\"\nprotocol = \"stream-json\"\nexecutable = \"$FIXTURE\"\n\
+         args = [\"--mode\", \"mute\"]\nfirst_output_timeout_secs = 1\n\
+         [[agents]]\nname = \"mute-default\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         args = [\"--mode\", \"mute\"]\n\
+         [[agents]]\nname = \"over\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         first_output_timeout_secs = 86401\n",
+    );
+    // Configured per agent.
+    let out = host.run(&["chat", "--agent", "mute", "hi"]).await;
+    check(&out, 7, "agent_first_output_timeout");
+    for hint in [
+        "another protocol",
+        "login",
+        "no protocol event 1 s after the turn was written",
+    ] {
+        assert!(out.stderr.contains(hint), "{hint}: {out:?}");
+    }
+    let thread = {
+        let list = host.run(&["threads", "list", "--json"]).await;
+        list.json()[0]["id"].as_str().unwrap().to_owned()
+    };
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["runs"][0]["status"], "failed");
+    assert_eq!(
+        detail["runs"][0]["error"]["code"],
+        "agent_first_output_timeout"
+    );
+    // Per call, over the agent's default (120 s).
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute-default",
+            "--first-output-timeout",
+            "1",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 7, "{out:?}");
+    assert_eq!(out.json()["error"]["code"], "agent_first_output_timeout");
+    // 0 turns it off: only the idle timeout ends the turn.
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute",
+            "--first-output-timeout",
+            "0",
+            "--idle-timeout",
+            "1s",
+            "hi",
+        ])
+        .await;
+    check(&out, 7, "agent_idle_timeout");
+    // Bounds: 86400 s is the most, one more is refused (flag and agents.toml).
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute",
+            "--first-output-timeout",
+            "86401",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--first-output-timeout"), "{out:?}");
+    let list = host.run(&["agents", "list", "--json"]).await.json();
+    assert_eq!(list[2]["error"]["code"], "agent_entry_invalid", "{list}");
+    assert!(
+        list[2]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("first_output_timeout_secs = 86401")),
+        "{list}"
+    );
+}

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use agentwire_awp::launch::{
     VAR_ARGS_JSON, VAR_DEFAULT_MODEL, VAR_ENV_JSON, VAR_EXECUTABLE, VAR_REMOTE_API_OPT_IN,
@@ -36,6 +37,10 @@ pub const BUNDLED_AGENT: &str = "awp-agent";
 pub const DEFAULT_MAX_LINE_BYTES: usize = agentwire_jsonl::DEFAULT_MAX_LINE_BYTES;
 /// Largest `max_line_bytes` an `agents.toml` entry may set: 256 MiB (a line is buffered whole in memory).
 pub const MAX_MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
+/// Default of an agent's first-output timeout: 120 s ([`AgentSpec::first_output_timeout`]).
+pub const DEFAULT_FIRST_OUTPUT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest `first_output_timeout_secs` an `agents.toml` entry (or `--first-output-timeout`) may set: one day.
+pub const MAX_FIRST_OUTPUT_TIMEOUT_SECS: u64 = 86_400;
 /// Maximum size of `agents.toml` in bytes (1 MiB); a larger file is [`ConfigError::TooLarge`].
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
@@ -115,6 +120,11 @@ pub struct AgentSpec {
     /// (4 MiB), at most [`MAX_MAX_LINE_BYTES`]; `agents.toml` key `max_line_bytes`. A longer line fails the turn
     /// with `stdout_line_too_long`, naming this setting.
     pub max_line_bytes: usize,
+    /// How long an `awp-jsonl`/`stream-json` agent may stay silent after its turn was written before the turn
+    /// fails with `agent_first_output_timeout` (a wrong protocol, a login prompt). Default
+    /// [`DEFAULT_FIRST_OUTPUT_TIMEOUT`]; `agents.toml` key `first_output_timeout_secs` (0 = `None`, off; at most
+    /// [`MAX_FIRST_OUTPUT_TIMEOUT_SECS`]). ACP agents: unused (their `initialize` answer is timed instead).
+    pub first_output_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -124,6 +134,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("protocol", &self.protocol)
             .field("launch", &self.launch)
             .field("max_line_bytes", &self.max_line_bytes)
+            .field("first_output_timeout", &self.first_output_timeout)
             .finish()
     }
 }
@@ -348,6 +359,7 @@ struct RawEntry {
     #[serde(default)]
     remote_api_opt_in: bool,
     max_line_bytes: Option<u64>,
+    first_output_timeout_secs: Option<u64>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -384,6 +396,7 @@ fn validated(
         protocol,
         launch,
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        first_output_timeout: Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
     })
 }
 
@@ -475,8 +488,21 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
                 });
             }
         };
+        let first_output_timeout = match raw.first_output_timeout_secs {
+            None => Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
+            Some(0) => None,
+            Some(n) if n <= MAX_FIRST_OUTPUT_TIMEOUT_SECS => Some(Duration::from_secs(n)),
+            Some(n) => {
+                return Err(ConfigError::InvalidEntry {
+                    message: format!(
+                        "first_output_timeout_secs = {n} is outside 0..={MAX_FIRST_OUTPUT_TIMEOUT_SECS}"
+                    ),
+                });
+            }
+        };
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
         spec.max_line_bytes = max_line_bytes;
+        spec.first_output_timeout = first_output_timeout;
         Ok(spec)
     })();
     entry
@@ -777,6 +803,42 @@ mod tests {
         assert!(
             err.to_string().contains("bundled awp-agent not found at"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn first_output_timeout_defaults_to_120_s_and_is_bounded() {
+        let entry = |name: &str, secs: Option<u64>| {
+            let key = secs
+                .map(|n| format!("first_output_timeout_secs = {n}\n"))
+                .unwrap_or_default();
+            format!(
+                "[[agents]]\nname = \"{name}\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n{key}"
+            )
+        };
+        let max = MAX_FIRST_OUTPUT_TIMEOUT_SECS;
+        let text = [
+            entry("default", None),
+            entry("off", Some(0)),
+            entry("max", Some(max)),
+            entry("over", Some(max + 1)),
+        ]
+        .concat();
+        let s = setup(Some(&text));
+        let reg = load(&s, &[]).unwrap();
+        let timeout = |name: &str| reg.resolve(Some(name)).map(|a| a.first_output_timeout);
+        assert_eq!(
+            timeout("default").unwrap(),
+            Some(DEFAULT_FIRST_OUTPUT_TIMEOUT)
+        );
+        assert_eq!(timeout("off").unwrap(), None);
+        assert_eq!(timeout("max").unwrap(), Some(Duration::from_secs(max)));
+        assert_eq!(timeout("over").unwrap_err().code(), "agent_entry_invalid");
+        assert_eq!(
+            reg.resolve(Some(BUNDLED_AGENT))
+                .unwrap()
+                .first_output_timeout,
+            Some(DEFAULT_FIRST_OUTPUT_TIMEOUT)
         );
     }
 

@@ -33,6 +33,9 @@ pub const INVALID_SESSION_ID: &str = codes::INVALID_SESSION_ID;
 pub struct TurnOptions {
     /// Fail the turn after this long without agent output (`agent_idle_timeout`). Default `None` (off).
     pub idle_timeout: Option<Duration>,
+    /// Overrides the agent's [`AgentSpec::first_output_timeout`] for this turn: `Some(Duration::ZERO)` turns
+    /// it off. Default `None` (the agent's).
+    pub first_output_timeout: Option<Duration>,
     /// Working directory of the agent in a new thread, recorded on the thread (absolute, UTF-8). A thread that
     /// recorded a directory always runs there instead (checked before the run is recorded:
     /// [`TurnSetupError::ThreadCwdMissing`]); a thread without one (created before schema 3, or with this
@@ -80,6 +83,18 @@ impl std::fmt::Debug for RunRecordedHook {
 const STDIN_WRITE_FAILED: &str = "stdin_write_failed";
 /// `AgentSession::send_turn` code of an agent already exited (reported as `agent_exited_mid_turn`).
 const AGENT_EXITED: &str = "agent_exited";
+
+/// Code of a turn whose `awp-jsonl`/`stream-json` agent produced no protocol event within its first-output
+/// timeout after the turn was written ([`AgentSpec::first_output_timeout`]).
+pub const FIRST_OUTPUT_TIMEOUT: &str = "agent_first_output_timeout";
+
+/// Resolves at `deadline`; never when it is `None`.
+async fn first_output_due(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending::<()>().await,
+    }
+}
 
 /// Detail of a run ended by [`TurnOptions::abort`].
 pub const ABORTED: &str = "aborted: the agent's process group was killed";
@@ -175,6 +190,7 @@ impl Default for TurnOptions {
     fn default() -> Self {
         Self {
             idle_timeout: None,
+            first_output_timeout: None,
             cwd: None,
             text_flush_bytes: 4096,
             max_tool_summary_chars: 120,
@@ -725,6 +741,16 @@ pub async fn run_turn(
         let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
         let mut outcome: Option<TurnOutcome> = None;
+        // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
+        let mut first_output = match agent.protocol {
+            AgentProtocol::Acp => None,
+            _ => match options.first_output_timeout {
+                Some(t) if t.is_zero() => None,
+                Some(t) => Some(t),
+                None => agent.first_output_timeout,
+            },
+        }
+        .map(|t| (t, tokio::time::Instant::now() + t));
         loop {
             let event = if cancelled {
                 runner.next_event().await
@@ -736,8 +762,17 @@ pub async fn run_turn(
                         runner.cancel().await;
                         continue;
                     }
+                    () = first_output_due(first_output.map(|(_, at)| at)) => {
+                        let secs = first_output.map_or(0, |(t, _)| t.as_secs());
+                        outcome = Some(TurnOutcome::new(TurnStatus::Failed {
+                            code: FIRST_OUTPUT_TIMEOUT.to_owned(),
+                            detail: Some(format!("no protocol event {secs} s after the turn was written")),
+                        }));
+                        break;
+                    }
                 }
             };
+            first_output = None;
             let Some(event) = event else { break };
             if let Err(e) = recorder.record(&event) {
                 runner.cancel().await;
