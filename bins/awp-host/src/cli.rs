@@ -154,10 +154,12 @@ pub struct ChatArgs {
     /// At most 10 MiB each, 16 per turn
     #[arg(long = "attach", value_name = "FILE")]
     pub attach: Vec<PathBuf>,
-    /// Print one JSON object at the end: the result record plus the full assistant `text`
+    /// Print one JSON object at the end: the result record plus the full assistant `text` (a failure before
+    /// the turn, usage errors included: `{"type":"error","error":{"code","message"},"exit_code"}`)
     #[arg(long, conflicts_with = "jsonl")]
     pub json: bool,
-    /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record
+    /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record (a failure before the turn:
+    /// one `{"type":"error",…}` line)
     #[arg(long)]
     pub jsonl: bool,
     /// ACP agents: allow this turn's permission requests once (an `allow_once` option; `allow_always` only when
