@@ -260,6 +260,7 @@ async fn resident_memory(out: &mut String, tmp: &Path) {
                     prompt: &prompt,
                     resumed_session_id: None,
                     title: None,
+                    cwd: None,
                 })
                 .unwrap();
             store.record_session_id(&guard, &format!("s-{i}")).unwrap();
@@ -273,6 +274,7 @@ async fn resident_memory(out: &mut String, tmp: &Path) {
                         status: RunStatus::Succeeded,
                         usage: None,
                         error_code: None,
+                        error_reason: None,
                         total_cost_usd: None,
                         pending_text: None,
                     },

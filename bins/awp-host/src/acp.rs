@@ -172,11 +172,13 @@ pub async fn check(
         .get("spawns")
         .is_some_and(|r| matches!(r.outcome, Outcome::Fail { .. }))
     {
+        // The report (printed above) is the one JSON object of `--json`.
         return Err(Failure::new(
             Exit::AgentUnavailable,
             "agent_unavailable",
             "the agent could not be launched",
-        ));
+        )
+        .printed_as_json());
     }
     Err(Failure::new(
         Exit::Protocol,
@@ -185,7 +187,8 @@ pub async fn check(
             "the agent is not conformant: {}",
             report.failed_ids().join(", ")
         ),
-    ))
+    )
+    .printed_as_json())
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ Examples:
 
 Exit codes: 0 ok, 2 usage, 3 agent unavailable or thread busy, 6 turn failed, 7 cancelled or timed out,
 8 protocol violation or internal error, 130 second Ctrl-C/SIGTERM/SIGHUP (the agent was killed).
+With --json/--jsonl every path prints one JSON object on stdout; a failure without a result record is
+{\"type\":\"error\",\"error\":{\"code\",\"message\"},\"exit_code\":N} (usage errors included).
 Environment: AWP_HOST_DATA_DIR, AWP_HOST_CONFIG_DIR, AWP_AGENT_CLI_* (the `env` agent), AWP_HOST_LOG (log filter),
 AWP_CONTROL_PLANE_API_KEY (serve's task API key).";
 
@@ -117,12 +119,15 @@ Examples:
   awp-host chat \"hello\"                               new thread with the default agent
   awp-host chat --agent claude --model sonnet \"hi\"     a named agent from agents.toml
   awp-host chat --thread th_3f9a0c1d2b4e5f60 \"more\"    follow-up: resumes the agent's session
+  awp-host chat --cwd ~/src/app \"run the tests\"       the thread (and its agent) works in ~/src/app
   awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
   awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
 
 Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
 the status line (status, tokens, duration, thread id) and errors go to stderr.
+A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
+wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
 process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
 
@@ -138,6 +143,10 @@ pub struct ChatArgs {
     /// Start a new thread (the default without --thread)
     #[arg(long)]
     pub new: bool,
+    /// Working directory of a new thread's agent, recorded on the thread: every later turn of the thread runs
+    /// the agent there, wherever awp-host is started [default: the current directory]
+    #[arg(long, value_name = "DIR", conflicts_with = "thread")]
+    pub cwd: Option<PathBuf>,
     /// Model to ask the agent for (passed as --model; ACP agents: set through their `model` config option) [default: the agent's configured model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
@@ -145,10 +154,12 @@ pub struct ChatArgs {
     /// At most 10 MiB each, 16 per turn
     #[arg(long = "attach", value_name = "FILE")]
     pub attach: Vec<PathBuf>,
-    /// Print one JSON object at the end: the result record plus the full assistant `text`
+    /// Print one JSON object at the end: the result record plus the full assistant `text` (a failure before
+    /// the turn, usage errors included: `{"type":"error","error":{"code","message"},"exit_code"}`)
     #[arg(long, conflicts_with = "jsonl")]
     pub json: bool,
-    /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record
+    /// Print normalized events as JSON Lines, then one `{"type":"result",…}` record (a failure before the turn:
+    /// one `{"type":"error",…}` line)
     #[arg(long)]
     pub jsonl: bool,
     /// ACP agents: allow this turn's permission requests once (an `allow_once` option; `allow_always` only when
@@ -159,6 +170,11 @@ pub struct ChatArgs {
     /// [default: off]
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
+    /// Fail the turn (exit 7, agent_first_output_timeout) when an awp-jsonl/stream-json agent prints no protocol
+    /// event this many seconds after its turn was written (it may speak another protocol or wait for a login);
+    /// 0 = off, at most 86400 [default: the agent's `first_output_timeout_secs` in agents.toml, else 120]
+    #[arg(long, value_name = "SECS", value_parser = parse_first_output_timeout)]
+    pub first_output_timeout: Option<Duration>,
     /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max)
     #[arg(value_name = "PROMPT")]
     pub prompt: Vec<String>,
@@ -190,7 +206,8 @@ pub enum ThreadsCommand {
 /// `agents` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AgentsCommand {
-    /// List agents: name, protocol, executable, model, and whether each is usable (or why not).
+    /// List agents: name, protocol, executable (a symlink as `LINK -> FILE`, the file that runs), model, and
+    /// whether each is usable (or why not, with its `agents.toml` line and column).
     List {
         /// Print JSON instead of a table
         #[arg(long)]
@@ -274,6 +291,17 @@ fn parse_idle_timeout(text: &str) -> Result<Duration, String> {
         return Err("must be at least 1s".to_owned());
     }
     Ok(duration)
+}
+
+/// `--first-output-timeout`: whole seconds, 0 (off) to
+/// [`agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS`].
+fn parse_first_output_timeout(text: &str) -> Result<Duration, String> {
+    let max = agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS;
+    match text.parse::<u64>() {
+        Ok(n) if n <= max => Ok(Duration::from_secs(n)),
+        Ok(_) => Err(format!("must be at most {max} seconds")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `--model`: a non-empty name.

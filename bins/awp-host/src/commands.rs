@@ -111,28 +111,28 @@ fn read_prompt(args: &[String]) -> Result<String, Failure> {
         }
         return Ok(prompt);
     }
+    // Room for the limit, a trailing `\r\n`, and one byte more to see that it is over.
     let mut bytes = Vec::new();
     std::io::stdin()
         .lock()
-        .take(MAX_STDIN_PROMPT_BYTES + 1)
+        .take(MAX_STDIN_PROMPT_BYTES + 3)
         .read_to_end(&mut bytes)
         .map_err(|e| Failure::from_error(Exit::Usage, "prompt_unreadable", &e))?;
+    // The newline that ends the last line (`echo`, a here-doc) is not part of the prompt: drop exactly one,
+    // before the size check (a 1 MiB prompt piped with its newline is within the limit).
+    if bytes.ends_with(b"\r\n") {
+        bytes.truncate(bytes.len() - 2);
+    } else if bytes.ends_with(b"\n") {
+        bytes.truncate(bytes.len() - 1);
+    }
     if bytes.len() as u64 > MAX_STDIN_PROMPT_BYTES {
         return Err(usage(
             "prompt_too_large",
             format!("the prompt on stdin is larger than {MAX_STDIN_PROMPT_BYTES} bytes"),
         ));
     }
-    let mut prompt = String::from_utf8(bytes)
-        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))?;
-    // The newline that ends the last line (`echo`, a here-doc) is not part of the prompt: drop exactly one.
-    if prompt.ends_with('\n') {
-        prompt.pop();
-        if prompt.ends_with('\r') {
-            prompt.pop();
-        }
-    }
-    Ok(prompt)
+    String::from_utf8(bytes)
+        .map_err(|_| usage("prompt_not_utf8", "the prompt on stdin is not valid UTF-8"))
 }
 
 /// Signals that end a chat: SIGINT (Ctrl-C), SIGTERM and SIGHUP are handled alike.
@@ -202,6 +202,26 @@ fn cancel_on_signals() -> Result<
 /// How long after a second signal the process exits 130 even if the turn runner has not returned.
 const ABORT_EXIT_AFTER: Duration = Duration::from_secs(5);
 
+/// The working directory a new thread records: `--cwd DIR` (canonical; must be a directory), else the current
+/// directory.
+fn chat_cwd(flag: Option<&Path>) -> Result<std::path::PathBuf, Failure> {
+    match flag {
+        Some(dir) => match std::fs::canonicalize(dir) {
+            Ok(path) if path.is_dir() => Ok(path),
+            Ok(path) => Err(usage(
+                "cwd_invalid",
+                format!("--cwd {}: not a directory", path.display()),
+            )),
+            Err(e) => Err(usage(
+                "cwd_invalid",
+                format!("--cwd {}: {}", dir.display(), crate::error_chain(&e)),
+            )),
+        },
+        None => std::env::current_dir()
+            .map_err(|e| Failure::from_error(Exit::Usage, "current_dir_unavailable", &e)),
+    }
+}
+
 async fn chat(
     data_dir: Option<&Path>,
     config_dir: Option<&Path>,
@@ -243,8 +263,11 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
+        first_output_timeout: args.first_output_timeout,
+        cwd: Some(cwd),
         acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()
     };
@@ -279,8 +302,12 @@ async fn chat(
     agent_token.revoke().await;
     let report = result.map_err(|e| {
         let exit = match &e {
-            TurnSetupError::Launch { .. } => Exit::AgentUnavailable,
-            TurnSetupError::ThreadAgentMismatch { .. } | TurnSetupError::EmptyPrompt => Exit::Usage,
+            TurnSetupError::Launch { .. } | TurnSetupError::ThreadCwdMissing { .. } => {
+                Exit::AgentUnavailable
+            }
+            TurnSetupError::ThreadAgentMismatch { .. }
+            | TurnSetupError::EmptyPrompt
+            | TurnSetupError::CwdNotUtf8(_) => Exit::Usage,
             TurnSetupError::Store(s) => return store_failure(s),
             _ => Exit::Protocol,
         };
@@ -315,18 +342,11 @@ async fn chat(
         (_, code) => {
             let code = code.as_deref().unwrap_or("turn_failed");
             let mut message = failure_message(code, report.error_detail.as_deref());
-            let tail_line = report
-                .stderr_tail
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty());
-            if (code == "spawn_failed" || code == "agent_exited_mid_turn")
-                && let Some(last) = tail_line
-            {
-                let last = agentwire_host::store::bounded_line(last, 200);
-                message.push_str(&format!(" (agent stderr: {last})"));
+            if let Some(reason) = &report.error_reason {
+                message.push_str(&format!(" — the agent said: {reason}"));
             }
-            Err(Failure::new(Exit::for_turn_code(code), code, message))
+            // `--json`/`--jsonl` printed the run's result record (with its error) already.
+            Err(Failure::new(Exit::for_turn_code(code), code, message).printed_as_json())
         }
     }
 }
@@ -352,6 +372,7 @@ fn thread_json(t: &ThreadRecord) -> Value {
         "created_at": format_ms(t.created_at_ms),
         "updated_at": format_ms(t.updated_at_ms),
         "run_count": t.run_count,
+        "cwd": t.cwd,
     })
 }
 
@@ -371,7 +392,7 @@ fn run_json(r: &RunRecord) -> Value {
             "cache_read_input_tokens": u.cache_read_input_tokens,
             "cache_creation_input_tokens": u.cache_creation_input_tokens,
         })),
-        "error": r.error_code.as_ref().map(|c| json!({"code": c})),
+        "error": r.error_code.as_ref().map(|c| json!({"code": c, "reason": r.error_reason})),
         "total_cost_usd": r.total_cost_usd,
     })
 }
@@ -411,17 +432,20 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
             } else if list.is_empty() {
                 print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
             } else {
-                let mut rows = vec![["ID", "AGENT", "RUNS", "UPDATED", "TITLE"].map(String::from)];
+                let mut rows = vec![
+                    ["ID", "AGENT", "RUNS", "UPDATED", "DIRECTORY", "TITLE"].map(String::from),
+                ];
                 rows.extend(list.iter().map(|t| {
                     [
                         t.id.to_string(),
                         line(&t.agent),
                         t.run_count.to_string(),
                         format_ms(t.updated_at_ms),
+                        line(t.cwd.as_deref().unwrap_or("-")),
                         line(&t.title),
                     ]
                 }));
-                let mut text = table(&rows, &[false, false, true, false, false]);
+                let mut text = table(&rows, &[false, false, true, false, false, false]);
                 if more > 0 {
                     text.push_str(&format!("({more} more; use --limit)\n"));
                 }
@@ -478,11 +502,16 @@ pub(crate) fn table<const N: usize>(rows: &[[String; N]], right: &[bool; N]) -> 
 fn detail_text(d: &ThreadDetail) -> String {
     let t = &d.thread;
     let mut s = format!(
-        "thread {}  agent {}  session {}\ntitle: {}\ncreated {}  updated {}\n",
+        "thread {}  agent {}  session {}\ntitle: {}\ndirectory: {}\ncreated {}  updated {}\n",
         t.id,
         line(&t.agent),
         line(t.session_id.as_deref().unwrap_or("-")),
         line(&t.title),
+        match t.cwd.as_deref() {
+            Some(dir) if Path::new(dir).is_dir() => line(dir),
+            Some(dir) => format!("{} (gone: the next turn will be refused)", line(dir)),
+            None => "- (not recorded: turns run in the current directory)".to_owned(),
+        },
         format_ms(t.created_at_ms),
         format_ms(t.updated_at_ms)
     );
@@ -512,6 +541,9 @@ fn detail_text(d: &ThreadDetail) -> String {
                 .map(|c| format!("  error {}", line(c)))
                 .unwrap_or_default()
         ));
+        if let Some(reason) = &r.error_reason {
+            s.push_str(&format!("    why: {}\n", line(reason)));
+        }
     }
     s.push_str("\nsession ids (oldest first):\n");
     for sess in &d.sessions {
@@ -530,7 +562,10 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "source": e.source.as_str(),
         "protocol": e.protocol,
         "executable": e.executable.as_ref().map(|p| p.display().to_string()),
+        "resolved_executable": e.resolved_executable.as_ref().map(|p| p.display().to_string()),
         "model": e.model,
+        "line": e.location.map(|(line, _)| line),
+        "column": e.location.map(|(_, column)| column),
         "default": e.name == default,
         "usable": e.is_usable(),
         "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
@@ -553,9 +588,20 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     }
     let mut rows = vec![["  NAME", "PROTOCOL", "MODEL", "EXECUTABLE", "STATUS"].map(String::from)];
     for e in registry.entries() {
+        let at = e
+            .location
+            .map(|(line, column)| {
+                format!("{}:{line}:{column}: ", agentwire_host::agents::CONFIG_FILE)
+            })
+            .unwrap_or_default();
         let status = match &e.status {
             Ok(_) => "usable".to_owned(),
-            Err(err) => format!("unusable: {err} ({})", err.code()),
+            Err(err) => format!("unusable: {at}{err} ({})", err.code()),
+        };
+        let executable = match (&e.executable, &e.resolved_executable) {
+            (Some(link), Some(file)) => format!("{} -> {}", link.display(), file.display()),
+            (Some(path), None) => path.display().to_string(),
+            (None, _) => "-".to_owned(),
         };
         rows.push([
             format!(
@@ -565,12 +611,7 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
             ),
             line(e.protocol.as_deref().unwrap_or("-")),
             line(e.model.as_deref().unwrap_or("-")),
-            line(
-                &e.executable
-                    .as_deref()
-                    .map(|p: &Path| p.display().to_string())
-                    .unwrap_or_else(|| "-".into()),
-            ),
+            line(&executable),
             line(&status),
         ]);
     }
@@ -684,18 +725,21 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             .get(id)
             .is_some_and(|r| matches!(r.outcome, Outcome::Fail { .. }))
     });
+    // The report (printed above) is the one JSON object of `--json`.
     if not_started {
         Err(Failure::new(
             Exit::AgentUnavailable,
             "agent_unavailable",
             "the agent could not be launched",
-        ))
+        )
+        .printed_as_json())
     } else {
         let failed = report.failed_ids().join(", ");
         Err(Failure::new(
             Exit::Protocol,
             "check_failed",
             format!("the agent is not conformant: {failed}"),
-        ))
+        )
+        .printed_as_json())
     }
 }

@@ -15,7 +15,7 @@ pub enum Exit {
     AgentUnavailable,
     /// 6: the turn failed: the agent's result was an error, it exited mid-turn, stdin could not be written.
     TurnFailed,
-    /// 7: the turn was cancelled (Ctrl-C, SIGTERM, SIGHUP) or timed out (idle timeout).
+    /// 7: the turn was cancelled (Ctrl-C, SIGTERM, SIGHUP) or timed out (idle or first-output timeout).
     Cancelled,
     /// 8: protocol violation or internal error: stdout line over the limit, invalid session id, a failed
     /// conformance rule, a store failure.
@@ -44,7 +44,7 @@ impl Exit {
     pub fn for_turn_code(code: &str) -> Exit {
         match code {
             "spawn_failed" => Exit::AgentUnavailable,
-            "cancelled" | "agent_idle_timeout" => Exit::Cancelled,
+            "cancelled" | "agent_idle_timeout" | "agent_first_output_timeout" => Exit::Cancelled,
             "stdout_line_too_long"
             | "invalid_session_id"
             | "output_before_input"
@@ -102,6 +102,7 @@ mod tests {
         check("spawn_failed", 3);
         check("cancelled", 7);
         check("agent_idle_timeout", 7);
+        check("agent_first_output_timeout", 7);
         check("stdout_line_too_long", 8);
         check("invalid_session_id", 8);
         check("unsupported_protocol_version", 8);

@@ -26,6 +26,9 @@ pub struct Failure {
     pub code: String,
     /// Human message (lowercase, no trailing period).
     pub message: String,
+    /// The JSON object of this failure was already printed on stdout (a failed turn's result record): `--json`
+    /// must not print a second one.
+    pub json_printed: bool,
 }
 
 impl Failure {
@@ -35,6 +38,7 @@ impl Failure {
             exit,
             code: code.into(),
             message: message.into(),
+            json_printed: false,
         }
     }
 
@@ -46,6 +50,83 @@ impl Failure {
     ) -> Self {
         Self::new(exit, code, error_chain(err))
     }
+
+    /// The same failure, marked as already printed as JSON ([`Failure::json_printed`]).
+    pub fn printed_as_json(mut self) -> Self {
+        self.json_printed = true;
+        self
+    }
+
+    /// The one JSON object `--json`/`--jsonl` print for a failure that has no result record:
+    /// `{"type":"error","error":{"code","message"},"exit_code":N}`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "error",
+            "error": {"code": self.code, "message": self.message},
+            "exit_code": self.exit.code(),
+        })
+    }
+}
+
+/// Whether the command line asks for JSON output: a `--json` or `--jsonl` before any `--` (after it come an
+/// agent's own arguments, `check -- CMD ARGS…`). Read before parsing, so that usage errors are JSON too.
+fn wants_json(argv: &[std::ffi::OsString]) -> bool {
+    argv.iter()
+        .skip(1)
+        .take_while(|a| a.as_os_str() != "--")
+        .any(|a| a == "--json" || a == "--jsonl")
+}
+
+/// The stable code of a clap usage error.
+fn clap_code(kind: clap::error::ErrorKind) -> &'static str {
+    use clap::error::ErrorKind as K;
+    match kind {
+        K::InvalidValue | K::ValueValidation | K::InvalidUtf8 => "invalid_value",
+        K::UnknownArgument => "unknown_argument",
+        K::InvalidSubcommand => "unknown_command",
+        K::MissingRequiredArgument | K::MissingSubcommand => "missing_argument",
+        K::ArgumentConflict => "argument_conflict",
+        K::TooManyValues | K::TooFewValues | K::WrongNumberOfValues | K::NoEquals => {
+            "wrong_number_of_values"
+        }
+        _ => "usage_error",
+    }
+}
+
+/// clap's message up to its usage block, on one line, without the `error: ` prefix.
+fn clap_message(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let message = text
+        .lines()
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more"))
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.trim_start_matches("error: ");
+    if message.is_empty() {
+        "invalid arguments".to_owned()
+    } else {
+        message.to_owned()
+    }
+}
+
+/// Prints a failure: the JSON object on stdout when `json` (unless it was printed already, or stdout is the
+/// thing that broke), and always `awp-host: error: <message> (<code>)` on stderr.
+fn report(failure: &Failure, json: bool) {
+    if json
+        && !failure.json_printed
+        && failure.code != "output_write_failed"
+        && commands::print_out(&format!("{}\n", failure.json())).is_err()
+    {
+        // Stdout is gone as well: the stderr line below still says it.
+    }
+    // Messages may quote peer or file data: controls are made visible.
+    eprintln!(
+        "awp-host: error: {} ({})",
+        agentwire_host::store::escape_controls(&failure.message, true),
+        failure.code
+    );
 }
 
 /// `err` followed by each of its sources, joined with `: `.
@@ -64,7 +145,19 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let json = wants_json(&argv);
+    let cli = match cli::Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) if json && e.use_stderr() => {
+            report(
+                &Failure::new(Exit::Usage, clap_code(e.kind()), clap_message(&e)),
+                true,
+            );
+            return Exit::Usage.into();
+        }
+        Err(e) => e.exit(),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("AWP_HOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     tracing_subscriber::fmt()
@@ -78,19 +171,19 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("awp-host: error: cannot start the async runtime: {e} (internal)");
+            let failure = Failure::new(
+                Exit::Protocol,
+                "internal",
+                format!("cannot start the async runtime: {e}"),
+            );
+            report(&failure, json);
             return Exit::Protocol.into();
         }
     };
     match runtime.block_on(commands::run(cli)) {
         Ok(exit) => exit.into(),
         Err(failure) => {
-            // Messages may quote peer or file data: controls are made visible.
-            eprintln!(
-                "awp-host: error: {} ({})",
-                agentwire_host::store::escape_controls(&failure.message, true),
-                failure.code
-            );
+            report(&failure, json);
             failure.exit.into()
         }
     }

@@ -138,6 +138,9 @@ pub fn result_record(report: &TurnReport, with_text: bool) -> Value {
         if let Some(detail) = &report.error_detail {
             e["detail"] = json!(detail);
         }
+        if let Some(reason) = &report.error_reason {
+            e["reason"] = json!(reason);
+        }
         e
     });
     let mut record = json!({
@@ -183,6 +186,14 @@ pub fn failure_message(code: &str, detail: Option<&str>) -> String {
         "agent_error" => "the agent reported an error",
         "agent_exited_mid_turn" => "the agent exited before finishing the turn",
         "agent_idle_timeout" => "the agent wrote nothing within the idle timeout; it was stopped",
+        "agent_first_output_timeout" => {
+            return format!(
+                "the agent printed no protocol output ({}) and was stopped; it may speak another protocol \
+                 (check `protocol` in agents.toml, or run `awp-host check --agent NAME`) or be waiting for a \
+                 login (run it once by hand)",
+                detail.unwrap_or("within its first-output timeout")
+            );
+        }
         "stdout_line_too_long" => "the agent wrote a stdout line over the limit; it was stopped",
         "cancelled" => "the turn was cancelled",
         "spawn_failed" => "the agent could not be started",

@@ -452,3 +452,39 @@ async fn check_agent_runs_a_configured_acp_agent_with_its_env() {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("conformant: required rules"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_announced_twice_is_rendered_once_then_its_updates() {
+    let host = Host::new();
+    acp_agents(&host, &[("twice", "acp-fixture", Some("tool-call-twice"))]);
+    let human = host.run(&["chat", "--agent", "twice", "go"]).await;
+    assert_eq!(human.code, 0, "{human:?}");
+    assert_eq!(
+        human.stdout, "⚙ read hello.txt {\"kind\":\"read\"}\n↳ done\n",
+        "{human:?}"
+    );
+    let out = host
+        .run(&["chat", "--agent", "twice", "--jsonl", "go"])
+        .await;
+    check(
+        &out,
+        0,
+        &[
+            ("session_started", "sess-1"),
+            ("tool_use", "read hello.txt"),
+            ("notice", "tool_call_repeated"),
+            ("tool_result", "done"),
+        ],
+    );
+    let detail = host.thread(&thread_id(&out)).await;
+    let got = messages(&detail);
+    let got: Vec<(&str, &str)> = got.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("user", "go"),
+            ("tool", r#"⚙ read hello.txt {"kind":"read"}"#),
+            ("tool", "↳ done"),
+        ]
+    );
+}

@@ -47,9 +47,14 @@ async fn agents_list_shows_each_entry_and_why_it_is_unusable() {
     assert_eq!(list[0]["protocol"], "stream-json");
     let text = host.run(&["agents", "list"]).await;
     assert!(
-        text.stdout
-            .contains("unusable: executable must be an absolute path (executable_not_absolute)"),
+        text.stdout.contains(
+            "unusable: agents.toml:7:1: executable must be an absolute path (executable_not_absolute)"
+        ),
         "{text:?}"
+    );
+    assert_eq!(
+        (&list[1]["line"], &list[1]["column"]),
+        (&7.into(), &1.into())
     );
     assert!(text.stdout.contains("* fx"), "{text:?}");
 }
@@ -61,4 +66,70 @@ async fn a_broken_config_file_is_a_usage_error() {
     let out = host.run(&["agents", "list"]).await;
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("(config_invalid)"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_toml_errors_give_line_and_column() {
+    let host = Host::new();
+    // A syntax error: the value on line 3 is not TOML.
+    host.agents_toml("[[agents]]\nname = \"fx\"\nprotocol = awp\n");
+    for args in [&["agents", "list"][..], &["chat", "hi"][..]] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(
+            out.stderr.contains("agents.toml:3:12: invalid: "),
+            "{out:?}"
+        );
+        assert!(out.stderr.contains("(config_invalid)"), "{out:?}");
+    }
+    // A bad entry: where it starts, in `agents list` and when chat picks it.
+    host.agents_toml(
+        "default = \"fx\"\n\n[[agents]]\nname = \"fx\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         \n[[agents]]\nname = \"bad\"\nprotocol = \"nope\"\nexecutable = \"$FIXTURE\"\n",
+    );
+    let out = host.run(&["chat", "--agent", "bad", "hi"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("agent `bad` (agents.toml:8:1) is unusable: unknown protocol"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlinked_executable_is_resolved_once_and_both_are_shown() {
+    let host = Host::new();
+    let link = host.path("agent-link");
+    std::os::unix::fs::symlink(support::fixture(), &link).unwrap();
+    let fixture = std::fs::canonicalize(support::fixture()).unwrap();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"linked\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{}\"\n\
+         [[agents]]\nname = \"dangling\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{}\"\n",
+        link.display(),
+        host.path("dangling-link").display(),
+    ));
+    std::os::unix::fs::symlink(host.path("nowhere"), host.path("dangling-link")).unwrap();
+    let out = host.run(&["agents", "list", "--json"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let list = out.json();
+    assert_eq!(list[0]["executable"], link.display().to_string());
+    assert_eq!(
+        list[0]["resolved_executable"],
+        fixture.display().to_string()
+    );
+    assert_eq!(list[0]["usable"], true, "{list}");
+    assert_eq!(list[1]["usable"], false, "{list}");
+    assert_eq!(list[1]["error"]["code"], "executable_not_found", "{list}");
+    let text = host.run(&["agents", "list"]).await;
+    assert!(
+        text.stdout
+            .contains(&format!("{} -> {}", link.display(), fixture.display())),
+        "{text:?}"
+    );
+    // The resolved file is what runs.
+    let chat = host
+        .run(&["chat", "--agent", "linked", "--json", "hi"])
+        .await;
+    assert_eq!(chat.code, 0, "{chat:?}");
+    assert_eq!(chat.json()["text"], "echo: hi");
 }

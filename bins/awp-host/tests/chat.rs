@@ -441,3 +441,173 @@ async fn a_broken_stdout_still_reports_the_thread_and_run_ids_on_stderr() {
     assert!(out.stderr.contains("thread th_"), "{out:?}");
     assert!(out.stderr.contains("run run_"), "{out:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_remember_where_they_run() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    let project = host.path("project");
+    let elsewhere = host.path("elsewhere");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let project = std::fs::canonicalize(&project).unwrap();
+    let project_str = project.display().to_string();
+    let first = host
+        .run_in(&project, &["chat", "--agent", "fx", "--json", "pwd"])
+        .await;
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(first.json()["text"], format!("echo: pwd={project_str}"));
+    let thread = thread_id(&first);
+    // A follow-up from another directory still runs the agent in the thread's directory.
+    let second = host
+        .run_in(&elsewhere, &["chat", "--thread", &thread, "--json", "pwd"])
+        .await;
+    assert_eq!(second.code, 0, "{second:?}");
+    assert_eq!(second.json()["text"], format!("echo: pwd={project_str}"));
+    assert_eq!(
+        host.thread(&thread).await["thread"]["cwd"],
+        project_str.as_str()
+    );
+    let list = host.run(&["threads", "list", "--json"]).await;
+    assert_eq!(list.json()[0]["cwd"], project_str.as_str());
+    let table = host.run(&["threads", "list"]).await;
+    assert!(table.stdout.contains("DIRECTORY"), "{table:?}");
+    assert!(table.stdout.contains(&project_str), "{table:?}");
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown
+            .stdout
+            .contains(&format!("directory: {project_str}\n")),
+        "{shown:?}"
+    );
+
+    // `--cwd DIR` picks the directory of a new thread; it cannot move an existing one.
+    let third = host
+        .run_in(
+            &project,
+            &[
+                "chat",
+                "--agent",
+                "fx",
+                "--cwd",
+                "../elsewhere",
+                "--json",
+                "pwd",
+            ],
+        )
+        .await;
+    assert_eq!(third.code, 0, "{third:?}");
+    let elsewhere_str = std::fs::canonicalize(&elsewhere)
+        .unwrap()
+        .display()
+        .to_string();
+    assert_eq!(third.json()["text"], format!("echo: pwd={elsewhere_str}"));
+    let moved = host
+        .run(&["chat", "--thread", &thread, "--cwd", "/", "hi"])
+        .await;
+    assert_eq!(moved.code, 2, "{moved:?}");
+    let missing = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--cwd",
+            "/nonexistent/awp-dir",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(missing.code, 2, "{missing:?}");
+    assert!(missing.stderr.contains("cwd_invalid"), "{missing:?}");
+
+    // A thread whose directory has gone is refused before anything is launched or recorded.
+    std::fs::remove_dir(&project).unwrap();
+    let gone = host
+        .run_in(&elsewhere, &["chat", "--thread", &thread, "hi"])
+        .await;
+    assert_eq!(gone.code, 3, "{gone:?}");
+    assert!(gone.stderr.contains("thread_cwd_missing"), "{gone:?}");
+    assert!(gone.stderr.contains(&project_str), "{gone:?}");
+    assert_eq!(host.thread(&thread).await["thread"]["run_count"], 2);
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(shown.stdout.contains("(gone"), "{shown:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_turn_says_why_in_the_agents_own_words() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"errors\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"errors-result\"]\n\
+         [[agents]]\nname = \"notjson\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"not-json\"]\n\
+         [[agents]]\nname = \"bogus\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"bogus-mode\"]\n",
+    );
+    // 1. The result's own text (Claude Code's `errors`): in --json, the human error and the stored run.
+    let out = host
+        .run(&["chat", "--agent", "errors", "--json", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let record = out.json();
+    let why = "No conversation found with session ID: fixture; see the log";
+    assert_eq!(record["error"]["code"], "agent_error");
+    assert_eq!(record["error"]["reason"], why);
+    let thread = record["thread_id"].as_str().unwrap().to_owned();
+    let human = host.run(&["chat", "--thread", &thread, "hi"]).await;
+    assert_eq!(human.code, 6, "{human:?}");
+    assert!(
+        human.stderr.contains(&format!("the agent said: {why}")),
+        "{human:?}"
+    );
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["runs"][0]["error"]["reason"], why);
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown.stdout.contains(&format!("    why: {why}\n")),
+        "{shown:?}"
+    );
+
+    // 2. Nothing but non-protocol stdout: say how much and show the first line.
+    let out = host
+        .run(&["chat", "--agent", "notjson", "--jsonl", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let record = result_record(&out);
+    assert_eq!(
+        record["error"]["reason"],
+        "the agent printed 3 lines that are not JSON; first: Please log in: open https://login.example/device and enter ABCD"
+    );
+
+    // 3. Its stderr, when it exits at once.
+    let out = host
+        .run(&["chat", "--agent", "bogus", "--json", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let reason = out.json()["error"]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("bogus-mode"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_mib_stdin_prompt_with_its_trailing_newline_is_accepted() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    for ending in [&b"\n"[..], b"\r\n"] {
+        let mut input = vec![b'a'; 1024 * 1024];
+        input.extend_from_slice(ending);
+        let out = host
+            .run_with_stdin(&["chat", "--agent", "fx", "--json", "-"], &input)
+            .await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let detail = host.thread(&thread_id(&out)).await;
+        assert_eq!(
+            detail["messages"][0]["content"].as_str().map(str::len),
+            Some(1024 * 1024)
+        );
+        // One byte more than the limit is still refused, newline or not.
+        let mut over = vec![b'a'; 1024 * 1024 + 1];
+        over.extend_from_slice(ending);
+        let out = host
+            .run_with_stdin(&["chat", "--agent", "fx", "-"], &over)
+            .await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stderr.contains("(prompt_too_large)"), "{out:?}");
+    }
+}

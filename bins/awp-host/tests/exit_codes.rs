@@ -362,7 +362,8 @@ async fn an_agent_that_exits_at_startup_is_always_agent_exited_mid_turn_with_its
     for _ in 0..5 {
         let out = host.run(&["chat", "--agent", "bogus", "x"]).await;
         check(&out, 6, "agent_exited_mid_turn");
-        assert!(out.stderr.contains("(agent stderr: "), "{out:?}");
+        assert!(out.stderr.contains("the agent said: "), "{out:?}");
+        assert!(out.stderr.contains("bogus-mode"), "{out:?}");
     }
 }
 
@@ -389,5 +390,169 @@ async fn bad_flag_values_are_usage_errors_naming_the_flag() {
     assert!(
         out.code == 0 || (out.code == 7 && out.stderr.contains("(agent_idle_timeout)")),
         "{out:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_prints_exactly_one_object_on_every_path() {
+    let host = Host::new();
+    host.fixture_agent("fx", "error-result", "awp-jsonl");
+    let one_object = |out: &support::Output| -> Value {
+        assert_eq!(out.stdout.lines().count(), 1, "{out:?}");
+        out.json()
+    };
+    // Usage errors found by argument parsing, failures before the turn starts, and a failed turn.
+    for (args, exit, code) in [
+        (
+            &["chat", "--json", "--idle-timeout", "0", "x"][..],
+            2,
+            "invalid_value",
+        ),
+        (
+            &["chat", "--jsonl", "--bogus", "x"][..],
+            2,
+            "unknown_argument",
+        ),
+        (&["threads", "show", "--json"][..], 2, "missing_argument"),
+        (
+            &["chat", "--json", "--thread", "th_1", "--new", "x"][..],
+            2,
+            "argument_conflict",
+        ),
+        (
+            &["chat", "--json", "--agent", "nope", "x"][..],
+            2,
+            "agent_not_found",
+        ),
+        (
+            &["chat", "--json", "--thread", "th_0123456789abcdef", "x"][..],
+            2,
+            "thread_not_found",
+        ),
+        (
+            &["threads", "show", "th_0123456789abcdef", "--json"][..],
+            2,
+            "thread_not_found",
+        ),
+        (
+            &["chat", "--jsonl", "--attach", "/nonexistent/f", "x"][..],
+            2,
+            "attachment_unreadable",
+        ),
+    ] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, exit, "{args:?}: {out:?}");
+        let v = one_object(&out);
+        assert_eq!(v["type"], "error", "{args:?}: {v}");
+        assert_eq!(v["error"]["code"], code, "{args:?}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert_eq!(v["exit_code"], exit, "{v}");
+        // The human line is still on stderr.
+        assert!(out.stderr.contains(&format!("({code})")), "{out:?}");
+    }
+    // A failed turn: its result record is the one object.
+    let out = host.run(&["chat", "--agent", "fx", "--json", "x"]).await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let v = one_object(&out);
+    assert_eq!(
+        (v["type"].as_str(), v["error"]["code"].as_str()),
+        (Some("result"), Some("agent_error"))
+    );
+    // A check that fails prints its report only.
+    let out = host
+        .run(&["check", "--json", "--", "/nonexistent/agent"])
+        .await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(one_object(&out)["rules"].is_array());
+    // Help is still text.
+    let out = host.run(&["chat", "--json", "--help"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("Usage:"), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_agent_fails_at_its_first_output_timeout_naming_the_likely_cause() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"mute\"\nprotocol = \"stream-json\"\nexecutable = \"$FIXTURE\"\n\
+         args = [\"--mode\", \"mute\"]\nfirst_output_timeout_secs = 1\n\
+         [[agents]]\nname = \"mute-default\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         args = [\"--mode\", \"mute\"]\n\
+         [[agents]]\nname = \"over\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         first_output_timeout_secs = 86401\n",
+    );
+    // Configured per agent.
+    let out = host.run(&["chat", "--agent", "mute", "hi"]).await;
+    check(&out, 7, "agent_first_output_timeout");
+    for hint in [
+        "another protocol",
+        "login",
+        "no protocol event 1 s after the turn was written",
+    ] {
+        assert!(out.stderr.contains(hint), "{hint}: {out:?}");
+    }
+    let thread = {
+        let list = host.run(&["threads", "list", "--json"]).await;
+        list.json()[0]["id"].as_str().unwrap().to_owned()
+    };
+    let detail = host.thread(&thread).await;
+    assert_eq!(detail["runs"][0]["status"], "failed");
+    assert_eq!(
+        detail["runs"][0]["error"]["code"],
+        "agent_first_output_timeout"
+    );
+    // Per call, over the agent's default (120 s).
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute-default",
+            "--first-output-timeout",
+            "1",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 7, "{out:?}");
+    assert_eq!(out.json()["error"]["code"], "agent_first_output_timeout");
+    // 0 turns it off: only the idle timeout ends the turn.
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute",
+            "--first-output-timeout",
+            "0",
+            "--idle-timeout",
+            "1s",
+            "hi",
+        ])
+        .await;
+    check(&out, 7, "agent_idle_timeout");
+    // Bounds: 86400 s is the most, one more is refused (flag and agents.toml).
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute",
+            "--first-output-timeout",
+            "86401",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--first-output-timeout"), "{out:?}");
+    let list = host.run(&["agents", "list", "--json"]).await.json();
+    assert_eq!(list[2]["error"]["code"], "agent_entry_invalid", "{list}");
+    assert!(
+        list[2]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("first_output_timeout_secs = 86401")),
+        "{list}"
     );
 }

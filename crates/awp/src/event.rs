@@ -183,7 +183,8 @@ pub struct ResultEvent {
     pub session_id: Option<ReportedSessionId>,
     /// `usage`.
     pub usage: Option<Usage>,
-    /// `result` (absent after an interrupt).
+    /// `result` (absent after an interrupt); when absent, the strings of an `errors` array (Claude Code's error
+    /// results, e.g. `error_during_execution`) joined with `; `, so the agent's own reason is kept.
     pub result: Option<String>,
     /// `duration_ms`.
     pub duration_ms: Option<u64>,
@@ -338,7 +339,9 @@ impl OutputEvent {
                 is_error: obj.get("is_error").and_then(Value::as_bool),
                 session_id: session_id_field(obj),
                 usage: obj.get("usage").and_then(Usage::from_json),
-                result: str_field(obj, "result").map(str::to_owned),
+                result: str_field(obj, "result")
+                    .map(str::to_owned)
+                    .or_else(|| errors_field(obj)),
                 duration_ms: obj.get("duration_ms").and_then(Value::as_u64),
                 total_cost_usd: obj.get("total_cost_usd").and_then(Value::as_f64),
             }),
@@ -362,6 +365,18 @@ impl OutputEvent {
             },
         })
     }
+}
+
+/// The non-empty strings of an `errors` array, joined with `; ` (`None` when there are none).
+fn errors_field(obj: &Map<String, Value>) -> Option<String> {
+    let errors: Vec<&str> = obj
+        .get("errors")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|e| !e.trim().is_empty())
+        .collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
 }
 
 fn str_field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
@@ -640,6 +655,28 @@ mod tests {
                 event_type: "stream_event",
                 field: "event",
             }),
+        );
+    }
+
+    #[test]
+    fn an_error_result_without_result_keeps_its_errors_as_the_reason() {
+        let parse = |line: &str| match OutputEvent::parse(line.as_bytes()) {
+            Ok(OutputEvent::Result(r)) => r.result,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            parse(
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"errors":["No conversation found", 3, " ", "try again"]}"#
+            ),
+            Some("No conversation found; try again".to_owned())
+        );
+        assert_eq!(
+            parse(r#"{"type":"result","subtype":"error","result":"code_x","errors":["ignored"]}"#),
+            Some("code_x".to_owned())
+        );
+        assert_eq!(
+            parse(r#"{"type":"result","subtype":"error","errors":[]}"#),
+            None
         );
     }
 

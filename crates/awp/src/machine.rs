@@ -342,7 +342,11 @@ pub struct TurnMachine {
     events: VecDeque<NormalizedEvent>,
     actions: VecDeque<Action>,
     counters: Counters,
+    first_malformed_line: Option<String>,
 }
+
+/// Longest [`TurnMachine::first_malformed_line`] kept, in characters (longer lines are cut with `…`).
+pub const MAX_MALFORMED_LINE_CHARS: usize = 200;
 
 impl TurnMachine {
     /// A machine for a freshly spawned process.
@@ -357,6 +361,7 @@ impl TurnMachine {
             events: VecDeque::new(),
             actions: VecDeque::new(),
             counters: Counters::default(),
+            first_malformed_line: None,
         }
     }
 
@@ -424,6 +429,14 @@ impl TurnMachine {
             Err(err) => {
                 tracing::debug!(code = err.code(), "malformed agent stdout line: {err}");
                 self.counters.malformed_lines += 1;
+                if self.first_malformed_line.is_none() {
+                    let text = String::from_utf8_lossy(line);
+                    let mut kept: String = text.chars().take(MAX_MALFORMED_LINE_CHARS).collect();
+                    if kept.len() < text.len() {
+                        kept.push('…');
+                    }
+                    self.first_malformed_line = Some(kept);
+                }
             }
         }
     }
@@ -526,6 +539,13 @@ impl TurnMachine {
     /// The counters.
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    /// The first stdout line that was not a usable event (a banner, a login prompt, another protocol's output),
+    /// lossy UTF-8, at most [`MAX_MALFORMED_LINE_CHARS`] characters (then `…`); raw, not escaped. Lets a host
+    /// say what a failing agent printed instead of protocol.
+    pub fn first_malformed_line(&self) -> Option<&str> {
+        self.first_malformed_line.as_deref()
     }
 
     /// Checks the phase for an incoming line; false when the line is discarded (and counted).
@@ -1632,6 +1652,21 @@ mod tests {
     }
 
     #[test]
+    fn the_first_malformed_line_is_kept_bounded() {
+        for len in [MAX_MALFORMED_LINE_CHARS, MAX_MALFORMED_LINE_CHARS + 1] {
+            let line = "é".repeat(len);
+            let (_, m) = run(awp(), &[Input, Line(&line), Line("second")]);
+            let first = m.first_malformed_line().unwrap();
+            let cut = len > MAX_MALFORMED_LINE_CHARS;
+            assert_eq!(
+                first.chars().count(),
+                len.min(MAX_MALFORMED_LINE_CHARS) + usize::from(cut)
+            );
+            assert_eq!(first.ends_with('…'), cut);
+        }
+    }
+
+    #[test]
     fn malformed_and_unknown_lines_are_counted_never_rendered() {
         let m = check(
             awp(),
@@ -1658,6 +1693,7 @@ mod tests {
         );
         let c = m.counters();
         assert_eq!((c.malformed_lines, c.unknown_events), (3, 2));
+        assert_eq!(m.first_malformed_line(), Some("DEBUG: warming up"));
     }
 
     #[test]

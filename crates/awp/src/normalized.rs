@@ -154,7 +154,8 @@ pub struct TurnOutcome {
     /// Token usage from `result.usage` (or the raw stream's `message_start`/`message_delta` usage).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
-    /// `result.result` (final text, or the agent's machine-readable error).
+    /// `result.result` (final text, or the agent's machine-readable error); when absent, the strings of the
+    /// result's `errors` array (Claude Code's error results) joined with `; `.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_text: Option<String>,
     /// `result.duration_ms`, milliseconds as reported by the agent.

@@ -115,6 +115,9 @@ pub struct Diagnostics {
     pub stderr_total_bytes: u64,
     /// The exit status, once the process exited.
     pub exit: Option<ExitStatus>,
+    /// The first stdout line that was not a usable event ([`TurnMachine::first_malformed_line`]); with
+    /// `counters.malformed_lines` it says what an agent printed instead of protocol.
+    pub first_malformed_line: Option<String>,
 }
 
 /// One live agent CLI process for one conversation.
@@ -264,6 +267,7 @@ impl AgentSession {
             stderr_tail: String::from_utf8_lossy(&bytes).into_owned(),
             stderr_total_bytes: total,
             exit: self.exit.or_else(|| self.child.try_wait()),
+            first_malformed_line: self.machine.first_malformed_line().map(str::to_owned),
         }
     }
 

@@ -5,7 +5,8 @@
 //! - `agent_message_chunk` text → [`NormalizedEvent::TextDelta`]; `agent_thought_chunk` text →
 //!   [`NormalizedEvent::ThinkingDelta`];
 //! - `tool_call` → [`NormalizedEvent::ToolUse`] (name = title, input = `rawInput`, else `{"kind":…}`), and a
-//!   [`NormalizedEvent::ToolResult`] too when it arrives already `completed`/`failed`;
+//!   [`NormalizedEvent::ToolResult`] too when it arrives already `completed`/`failed`; a `tool_call` for an id
+//!   already announced in the turn is an update, never a second tool use ([`ToolCallsSeen`]);
 //! - `tool_call_update` with status `completed`/`failed` → [`NormalizedEvent::ToolResult`] (summary: the text
 //!   content, else the title, else the status; `failed` is an error);
 //! - `usage_update` → a [`NormalizedEvent::Notice`] `usage_update` (`used N of SIZE tokens[, cost A CUR]`); the
@@ -235,6 +236,37 @@ fn status_word(status: &ToolCallStatus) -> String {
 
 fn ended(status: &ToolCallStatus) -> bool {
     matches!(status, ToolCallStatus::Completed | ToolCallStatus::Failed)
+}
+
+/// Most tool call ids a turn remembers to recognise a repeated announcement; past it, new ids are not tracked
+/// (a repeat of one of those would be shown again, never lost).
+pub const MAX_TRACKED_TOOL_CALLS: usize = 4096;
+
+/// The tool call ids announced in one turn: some agents announce a call (`tool_call`, `pending`) and announce it
+/// again with its input (`tool_call` with the same `toolCallId`) instead of sending `tool_call_update`.
+#[derive(Debug, Default)]
+pub struct ToolCallsSeen(std::collections::HashSet<String>);
+
+impl ToolCallsSeen {
+    /// `events` with each [`NormalizedEvent::ToolUse`] of an id already announced replaced by a notice
+    /// `tool_call_repeated` (detail: the id), so a call is rendered and stored once, then its results.
+    pub fn dedupe(&mut self, events: Vec<NormalizedEvent>) -> Vec<NormalizedEvent> {
+        events
+            .into_iter()
+            .map(|event| match event {
+                NormalizedEvent::ToolUse { id, .. } if self.0.contains(&id) => {
+                    notice("tool_call_repeated", Some(id))
+                }
+                NormalizedEvent::ToolUse { id, name, input } => {
+                    if self.0.len() < MAX_TRACKED_TOOL_CALLS {
+                        self.0.insert(id.clone());
+                    }
+                    NormalizedEvent::ToolUse { id, name, input }
+                }
+                other => other,
+            })
+            .collect()
+    }
 }
 
 /// Maps one ACP session update onto normalized events (see the module doc). Tool result summaries are the first
@@ -576,6 +608,7 @@ impl AcpRunner {
                 }
             };
             let mut usage = None;
+            let mut tool_calls = ToolCallsSeen::default();
             while let Some(event) = turn.next().await {
                 match event {
                     TurnEvent::Update(update) => {
@@ -584,7 +617,7 @@ impl AcpRunner {
                         {
                             usage = Some(update.clone());
                         }
-                        for event in map_update(update, max_summary_chars) {
+                        for event in tool_calls.dedupe(map_update(update, max_summary_chars)) {
                             if events_tx.send(event).await.is_err() {
                                 return;
                             }
@@ -716,6 +749,39 @@ impl AcpRunner {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    fn tool_use(id: &str) -> NormalizedEvent {
+        NormalizedEvent::ToolUse {
+            id: id.to_owned(),
+            name: "t".to_owned(),
+            input: Value::Null,
+        }
+    }
+
+    #[test]
+    fn a_repeated_tool_call_is_one_tool_use_up_to_the_tracking_limit() {
+        let mut seen = ToolCallsSeen::default();
+        assert_eq!(seen.dedupe(vec![tool_use("a")]), vec![tool_use("a")]);
+        assert_eq!(
+            seen.dedupe(vec![tool_use("a"), tool_use("b")]),
+            vec![
+                notice("tool_call_repeated", Some("a".into())),
+                tool_use("b")
+            ]
+        );
+        // Ids up to the limit are tracked; one past it is not (a repeat of it is shown again).
+        for i in 2..MAX_TRACKED_TOOL_CALLS {
+            seen.dedupe(vec![tool_use(&i.to_string())]);
+        }
+        let last = (MAX_TRACKED_TOOL_CALLS - 1).to_string();
+        assert_eq!(
+            seen.dedupe(vec![tool_use(&last)]),
+            vec![notice("tool_call_repeated", Some(last.clone()))]
+        );
+        let past = "past".to_owned();
+        assert_eq!(seen.dedupe(vec![tool_use(&past)]), vec![tool_use(&past)]);
+        assert_eq!(seen.dedupe(vec![tool_use(&past)]), vec![tool_use(&past)]);
+    }
 
     fn check(update: Value, expect: &[Value]) {
         let events = map_update(Update::from_value(update), 20);

@@ -10,7 +10,7 @@
 //! [[agents]]
 //! name = "claude"                       # [A-Za-z0-9._-]{1,64}; not "env" or "awp-agent"
 //! protocol = "stream-json"              # awp-jsonl | stream-json | acp
-//! executable = "/usr/local/bin/claude"  # absolute path to a regular, executable file (no symlink)
+//! executable = "/usr/local/bin/claude"  # absolute path to an executable file; a symlink is resolved at load
 //! args = ["--permission-mode", "acceptEdits"]
 //! env = { ANTHROPIC_API_KEY = "sk-..." }
 //! model = "sonnet"
@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use agentwire_awp::launch::{
     VAR_ARGS_JSON, VAR_DEFAULT_MODEL, VAR_ENV_JSON, VAR_EXECUTABLE, VAR_REMOTE_API_OPT_IN,
@@ -36,6 +37,10 @@ pub const BUNDLED_AGENT: &str = "awp-agent";
 pub const DEFAULT_MAX_LINE_BYTES: usize = agentwire_jsonl::DEFAULT_MAX_LINE_BYTES;
 /// Largest `max_line_bytes` an `agents.toml` entry may set: 256 MiB (a line is buffered whole in memory).
 pub const MAX_MAX_LINE_BYTES: usize = 256 * 1024 * 1024;
+/// Default of an agent's first-output timeout: 120 s ([`AgentSpec::first_output_timeout`]).
+pub const DEFAULT_FIRST_OUTPUT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest `first_output_timeout_secs` an `agents.toml` entry (or `--first-output-timeout`) may set: one day.
+pub const MAX_FIRST_OUTPUT_TIMEOUT_SECS: u64 = 86_400;
 /// Maximum size of `agents.toml` in bytes (1 MiB); a larger file is [`ConfigError::TooLarge`].
 pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
@@ -115,6 +120,11 @@ pub struct AgentSpec {
     /// (4 MiB), at most [`MAX_MAX_LINE_BYTES`]; `agents.toml` key `max_line_bytes`. A longer line fails the turn
     /// with `stdout_line_too_long`, naming this setting.
     pub max_line_bytes: usize,
+    /// How long an `awp-jsonl`/`stream-json` agent may stay silent after its turn was written before the turn
+    /// fails with `agent_first_output_timeout` (a wrong protocol, a login prompt). Default
+    /// [`DEFAULT_FIRST_OUTPUT_TIMEOUT`]; `agents.toml` key `first_output_timeout_secs` (0 = `None`, off; at most
+    /// [`MAX_FIRST_OUTPUT_TIMEOUT_SECS`]). ACP agents: unused (their `initialize` answer is timed instead).
+    pub first_output_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -124,6 +134,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("protocol", &self.protocol)
             .field("launch", &self.launch)
             .field("max_line_bytes", &self.max_line_bytes)
+            .field("first_output_timeout", &self.first_output_timeout)
             .finish()
     }
 }
@@ -147,11 +158,15 @@ pub enum ConfigError {
         path: PathBuf,
     },
     /// `agents.toml` is not valid TOML or has an unexpected shape.
-    #[error("{path} is invalid: {message}")]
+    #[error("{}:{line}:{column}: invalid: {message}", .path.display())]
     Syntax {
         /// The file.
         path: PathBuf,
-        /// The parser's message (names the line, never a value).
+        /// 1-based line of the error (1 when the parser gave no position).
+        line: usize,
+        /// 1-based column of the error, in characters.
+        column: usize,
+        /// The parser's message (never a value).
         message: String,
     },
     /// An entry field is missing.
@@ -252,8 +267,13 @@ pub struct AgentEntry {
     pub protocol: Option<String>,
     /// Executable as configured.
     pub executable: Option<PathBuf>,
+    /// For an `agents.toml` entry whose `executable` is a symbolic link: the file it resolves to (canonical),
+    /// resolved once at load; that file is what runs. `None` otherwise.
+    pub resolved_executable: Option<PathBuf>,
     /// Model as configured.
     pub model: Option<String>,
+    /// Where an `agents.toml` entry starts: `(line, column)`, 1-based. `None` for the built-in agents.
+    pub location: Option<(usize, usize)>,
     /// The usable definition, or why not.
     pub status: Result<AgentSpec, ConfigError>,
 }
@@ -276,10 +296,12 @@ pub enum AgentError {
         name: String,
     },
     /// The agent is configured but failed validation.
-    #[error("agent `{name}` is unusable: {reason}")]
+    #[error("agent `{name}`{at} is unusable: {reason}")]
     Unusable {
         /// The agent.
         name: String,
+        /// Where it is configured: ` (agents.toml:LINE:COLUMN)`, or empty for a built-in agent.
+        at: String,
         /// Why.
         reason: ConfigError,
     },
@@ -307,7 +329,20 @@ pub struct AgentRegistry {
 struct RawFile {
     default: Option<String>,
     #[serde(default)]
-    agents: Vec<toml::Table>,
+    agents: Vec<toml::Spanned<toml::Table>>,
+}
+
+/// 1-based `(line, column)` of byte `offset` in `text` (column in characters; clamped to the text).
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = text.get(..offset).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before.get(line_start..).unwrap_or_default().chars().count() + 1;
+    (line, column)
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -324,6 +359,7 @@ struct RawEntry {
     #[serde(default)]
     remote_api_opt_in: bool,
     max_line_bytes: Option<u64>,
+    first_output_timeout_secs: Option<u64>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -339,18 +375,52 @@ fn validated(
     launch: LaunchConfig,
     source: AgentSource,
 ) -> Result<AgentSpec, ConfigError> {
-    launch
-        .validate()
-        .map_err(|e| ConfigError::from_launch(&e, source))?;
+    launch.validate().map_err(|e| {
+        let mut err = ConfigError::from_launch(&e, source);
+        // Say where a refused link leads, so the fix (pointing at the file itself) is obvious.
+        if let (LaunchError::ExecutableIsSymlink, ConfigError::Launch { message, .. }) =
+            (&e, &mut err)
+        {
+            let target = std::fs::canonicalize(&launch.executable)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "a file that does not exist".to_owned());
+            message.push_str(&format!(
+                ": {} points to {target}",
+                launch.executable.display()
+            ));
+        }
+        err
+    })?;
     Ok(AgentSpec {
         name: name.to_owned(),
         protocol,
         launch,
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        first_output_timeout: Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
     })
 }
 
-fn entry_from_table(table: toml::Table) -> AgentEntry {
+/// An `agents.toml` executable that is a symbolic link, resolved once to its canonical file (the AWP launch
+/// rules refuse links, so the resolved file is what is validated and run). `None` when it is not a link (or
+/// cannot be inspected: validation then reports why).
+fn resolve_link(executable: &Path) -> Option<Result<PathBuf, ConfigError>> {
+    let meta = std::fs::symlink_metadata(executable).ok()?;
+    if !meta.file_type().is_symlink() {
+        return None;
+    }
+    Some(
+        std::fs::canonicalize(executable).map_err(|e| ConfigError::Launch {
+            message: format!(
+                "executable {} is a symbolic link to a file that cannot be resolved: {}",
+                executable.display(),
+                e.kind()
+            ),
+            launch_code: "executable_not_found",
+        }),
+    )
+}
+
+fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry {
     let name_hint = table
         .get("name")
         .and_then(|v| v.as_str())
@@ -364,19 +434,24 @@ fn entry_from_table(table: toml::Table) -> AgentEntry {
                 source: AgentSource::ConfigFile,
                 protocol: None,
                 executable: None,
+                resolved_executable: None,
                 model: None,
+                location: Some(location),
                 status: Err(ConfigError::InvalidEntry {
                     message: e.message().to_owned(),
                 }),
             };
         }
     };
+    let resolved = raw.executable.as_deref().and_then(resolve_link);
     let mut entry = AgentEntry {
         name: raw.name.clone().unwrap_or_default(),
         source: AgentSource::ConfigFile,
         protocol: raw.protocol.clone(),
         executable: raw.executable.clone(),
+        resolved_executable: resolved.as_ref().and_then(|r| r.as_ref().ok().cloned()),
         model: raw.model.clone(),
+        location: Some(location),
         status: Err(ConfigError::MissingField { field: "name" }),
     };
     entry.status = (|| {
@@ -390,9 +465,12 @@ fn entry_from_table(table: toml::Table) -> AgentEntry {
             .protocol
             .ok_or(ConfigError::MissingField { field: "protocol" })?;
         let protocol = AgentProtocol::parse(&protocol).ok_or(ConfigError::UnknownProtocol)?;
-        let executable = raw.executable.ok_or(ConfigError::MissingField {
+        let mut executable = raw.executable.ok_or(ConfigError::MissingField {
             field: "executable",
         })?;
+        if let Some(resolved) = resolved {
+            executable = resolved?;
+        }
         let mut launch = LaunchConfig::new(executable);
         launch.prefix_args = raw.args;
         launch.env = raw.env;
@@ -410,8 +488,21 @@ fn entry_from_table(table: toml::Table) -> AgentEntry {
                 });
             }
         };
+        let first_output_timeout = match raw.first_output_timeout_secs {
+            None => Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
+            Some(0) => None,
+            Some(n) if n <= MAX_FIRST_OUTPUT_TIMEOUT_SECS => Some(Duration::from_secs(n)),
+            Some(n) => {
+                return Err(ConfigError::InvalidEntry {
+                    message: format!(
+                        "first_output_timeout_secs = {n} is outside 0..={MAX_FIRST_OUTPUT_TIMEOUT_SECS}"
+                    ),
+                });
+            }
+        };
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
         spec.max_line_bytes = max_line_bytes;
+        spec.first_output_timeout = first_output_timeout;
         Ok(spec)
     })();
     entry
@@ -467,7 +558,9 @@ impl AgentRegistry {
                 source: AgentSource::Environment,
                 protocol,
                 executable,
+                resolved_executable: None,
                 model,
+                location: None,
                 status,
             });
         }
@@ -492,13 +585,21 @@ impl AgentRegistry {
                 if text.len() as u64 > MAX_CONFIG_BYTES {
                     return Err(ConfigError::TooLarge { path });
                 }
-                let raw: RawFile = toml::from_str(&text).map_err(|e| ConfigError::Syntax {
-                    path: path.clone(),
-                    message: e.message().to_owned(),
+                let raw: RawFile = toml::from_str(&text).map_err(|e| {
+                    let (line, column) = e
+                        .span()
+                        .map_or((1, 1), |span| line_column(&text, span.start));
+                    ConfigError::Syntax {
+                        path: path.clone(),
+                        line,
+                        column,
+                        message: e.message().trim().to_owned(),
+                    }
                 })?;
                 file_default = raw.default;
                 for table in raw.agents {
-                    let mut entry = entry_from_table(table);
+                    let location = line_column(&text, table.span().start);
+                    let mut entry = entry_from_table(table.into_inner(), location);
                     let reserved = entry.name == ENV_AGENT || entry.name == BUNDLED_AGENT;
                     if entry.status.is_ok() && reserved {
                         entry.status = Err(ConfigError::ReservedName);
@@ -530,7 +631,9 @@ impl AgentRegistry {
             source: AgentSource::Bundled,
             protocol: Some(AgentProtocol::AwpJsonl.as_str().to_owned()),
             executable: bundled_path,
+            resolved_executable: None,
             model: None,
+            location: None,
             status,
         });
         let default = match file_default {
@@ -576,6 +679,10 @@ impl AgentRegistry {
             .as_ref()
             .map_err(|reason| AgentError::Unusable {
                 name: name.to_owned(),
+                at: entry
+                    .location
+                    .map(|(line, column)| format!(" ({CONFIG_FILE}:{line}:{column})"))
+                    .unwrap_or_default(),
                 reason: reason.clone(),
             })
     }
@@ -695,6 +802,74 @@ mod tests {
         assert_eq!(err.code(), "bundled_agent_missing");
         assert!(
             err.to_string().contains("bundled awp-agent not found at"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn first_output_timeout_defaults_to_120_s_and_is_bounded() {
+        let entry = |name: &str, secs: Option<u64>| {
+            let key = secs
+                .map(|n| format!("first_output_timeout_secs = {n}\n"))
+                .unwrap_or_default();
+            format!(
+                "[[agents]]\nname = \"{name}\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n{key}"
+            )
+        };
+        let max = MAX_FIRST_OUTPUT_TIMEOUT_SECS;
+        let text = [
+            entry("default", None),
+            entry("off", Some(0)),
+            entry("max", Some(max)),
+            entry("over", Some(max + 1)),
+        ]
+        .concat();
+        let s = setup(Some(&text));
+        let reg = load(&s, &[]).unwrap();
+        let timeout = |name: &str| reg.resolve(Some(name)).map(|a| a.first_output_timeout);
+        assert_eq!(
+            timeout("default").unwrap(),
+            Some(DEFAULT_FIRST_OUTPUT_TIMEOUT)
+        );
+        assert_eq!(timeout("off").unwrap(), None);
+        assert_eq!(timeout("max").unwrap(), Some(Duration::from_secs(max)));
+        assert_eq!(timeout("over").unwrap_err().code(), "agent_entry_invalid");
+        assert_eq!(
+            reg.resolve(Some(BUNDLED_AGENT))
+                .unwrap()
+                .first_output_timeout,
+            Some(DEFAULT_FIRST_OUTPUT_TIMEOUT)
+        );
+    }
+
+    #[test]
+    fn line_column_counts_from_one_in_characters() {
+        let text = "ab\nçd\n";
+        assert_eq!(line_column(text, 0), (1, 1));
+        assert_eq!(line_column(text, 3), (2, 1));
+        // Byte 5 is after the two-byte `ç`: column 2 in characters.
+        assert_eq!(line_column(text, 5), (2, 2));
+        // Inside a character, and past the end: clamped.
+        assert_eq!(line_column(text, 4), (2, 1));
+        assert_eq!(line_column(text, 99), (3, 1));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_environment_agent_behind_a_link_is_refused_naming_its_target() {
+        let s = setup(None);
+        let link = s.bin.join("link");
+        std::os::unix::fs::symlink(&s.exe, &link).unwrap();
+        let reg = load(&s, &[(VAR_EXECUTABLE, link.display().to_string())]).unwrap();
+        let err = reg.resolve(Some(ENV_AGENT)).unwrap_err();
+        assert_eq!(err.code(), "executable_is_symlink");
+        let target = std::fs::canonicalize(&s.exe).unwrap();
+        assert!(
+            err.to_string().contains(&format!(
+                "{} points to {}",
+                link.display(),
+                target.display()
+            )),
             "{err}"
         );
     }

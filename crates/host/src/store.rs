@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -246,6 +246,9 @@ pub struct ThreadRecord {
     pub updated_at_ms: i64,
     /// Number of runs.
     pub run_count: u64,
+    /// The directory the thread's agent runs in (absolute, UTF-8), recorded when the thread was created; `None`
+    /// for threads created before schema 3 (their turns run where the host runs).
+    pub cwd: Option<String>,
 }
 
 /// A stored message.
@@ -288,6 +291,9 @@ pub struct RunRecord {
     pub usage: Option<RunUsage>,
     /// Stable failure code (`agent_exited_mid_turn`, `cancelled`, …).
     pub error_code: Option<String>,
+    /// Why the run failed in the agent's own words (see [`RunEnd::error_reason`]); `None` for runs before
+    /// schema 3.
+    pub error_reason: Option<String>,
     /// Agent-reported cost in USD, if any.
     pub total_cost_usd: Option<f64>,
 }
@@ -344,6 +350,8 @@ pub struct NewRun<'a> {
     /// Title of a new thread (bounded like a prompt title); `None` derives it from `prompt`. Ignored for an
     /// existing thread.
     pub title: Option<&'a str>,
+    /// Working directory recorded on a new thread ([`ThreadRecord::cwd`]). Ignored for an existing thread.
+    pub cwd: Option<&'a str>,
 }
 
 /// A run in progress: holds the run's lock file until dropped or [`Store::finish_run`].
@@ -392,6 +400,9 @@ pub struct RunEnd {
     pub usage: Option<RunUsage>,
     /// Stable failure code, if any.
     pub error_code: Option<String>,
+    /// Why it failed, in the agent's words: a bounded, escaped one-line text (the turn runner's
+    /// `failure_reason`). Stored as given.
+    pub error_reason: Option<String>,
     /// Cost, if reported.
     pub total_cost_usd: Option<f64>,
     /// Assistant text still pending, stored with the end (saves a commit per turn).
@@ -414,6 +425,20 @@ pub struct Store {
     locks_dir: PathBuf,
     config: StoreConfig,
     recovered: Vec<RunId>,
+}
+
+/// Sets `path` to mode 0600 when it is a regular file with another mode; nothing when it does not exist.
+#[cfg(unix)]
+fn make_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o777 != 0o600 => {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -580,6 +605,16 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )
         .map_err(db("migrating to schema 2"))?;
     }
+    if version < 3 {
+        // Threads remember where they run (the agent's working directory), runs why they failed (the agent's
+        // own words); older rows have neither.
+        tx.execute_batch(
+            "ALTER TABLE threads ADD COLUMN cwd TEXT;
+             ALTER TABLE runs ADD COLUMN error_reason TEXT;
+             PRAGMA user_version = 3;",
+        )
+        .map_err(db("migrating to schema 3"))?;
+    }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
 }
@@ -677,6 +712,14 @@ impl Store {
         crate::paths::create_private_dir(&locks_dir)
             .map_err(|e| io(&locks_dir)(std::io::Error::other(e.to_string())))?;
         let path = data_dir.join(DATABASE_FILE);
+        // A database, `-wal` or `-shm` file left read-only (by hand, or created with the mode of a read-only
+        // database during a failed write) would make every later write fail: all three are made 0600 before
+        // SQLite opens them. A file we cannot change (another owner) is a typed error naming it.
+        #[cfg(unix)]
+        for suffix in ["", "-wal", "-shm"] {
+            let file = data_dir.join(format!("{DATABASE_FILE}{suffix}"));
+            make_private(&file).map_err(io(&file))?;
+        }
         let mut conn = Connection::open(&path).map_err(db("opening the database"))?;
         conn.busy_timeout(config.busy_timeout)
             .map_err(db("setting the busy timeout"))?;
@@ -836,8 +879,8 @@ impl Store {
             ThreadChoice::New { agent } => {
                 let id = guard.thread_id.clone();
                 tx.execute(
-                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?4)",
-                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now],
+                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms, cwd) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now, run.cwd],
                 )
                 .map_err(db("creating a thread"))?;
                 id
@@ -963,7 +1006,8 @@ impl Store {
             }
             tx.execute(
                 "UPDATE runs SET status=?2, ended_at_ms=?3, input_tokens=?4, output_tokens=?5,
-                    cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9
+                    cache_read_input_tokens=?6, cache_creation_input_tokens=?7, total_cost_usd=?8, error_code=?9,
+                    error_reason=?10
                  WHERE id=?1",
                 params![
                     run.run_id.as_str(),
@@ -975,6 +1019,7 @@ impl Store {
                     usage.as_ref().and_then(|u| u.cache_creation_input_tokens).map(to_i64),
                     end.total_cost_usd,
                     end.error_code,
+                    end.error_reason,
                 ],
             )
             .map_err(db("finishing a run"))?;
@@ -1143,7 +1188,7 @@ impl Store {
         let sql = format!(
             "SELECT id, thread_id, agent, model, status, started_at_ms, ended_at_ms, resumed_session_id, session_id,
                 input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, total_cost_usd,
-                error_code FROM runs WHERE {clause}"
+                error_code, error_reason FROM runs WHERE {clause}"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(db(op))?;
         type Raw = (
@@ -1158,7 +1203,7 @@ impl Store {
             Option<String>,
             (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
             Option<f64>,
-            Option<String>,
+            (Option<String>, Option<String>),
         );
         let raws: Vec<Raw> = stmt
             .query_map(params![arg], |r| {
@@ -1174,7 +1219,7 @@ impl Store {
                     r.get(8)?,
                     (r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?),
                     r.get(13)?,
-                    r.get(14)?,
+                    (r.get(14)?, r.get(15)?),
                 ))
             })
             .map_err(db(op))?
@@ -1194,7 +1239,7 @@ impl Store {
                     session,
                     u,
                     cost,
-                    error_code,
+                    (error_code, error_reason),
                 )| {
                     let usage = match u {
                         (Some(i), Some(o), cr, cc) => Some(RunUsage {
@@ -1217,6 +1262,7 @@ impl Store {
                         session_id: session,
                         usage,
                         error_code,
+                        error_reason,
                         total_cost_usd: cost,
                     })
                 },
@@ -1263,7 +1309,7 @@ macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
             "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
-            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id) FROM threads t ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd FROM threads t ",
             $tail
         )
     };
@@ -1277,7 +1323,16 @@ const THREAD_SELECT_PAGE: &str = thread_select!(
      ORDER BY t.updated_at_ms DESC, t.id DESC LIMIT ?1"
 );
 
-type ThreadRow = (String, String, String, Option<String>, i64, i64, i64);
+type ThreadRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+);
 
 fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
     Ok((
@@ -1288,11 +1343,12 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         r.get(4)?,
         r.get(5)?,
         r.get(6)?,
+        r.get(7)?,
     ))
 }
 
 fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
-    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs) = row;
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd) = row;
     Ok(ThreadRecord {
         id: parse_thread(&id)?,
         agent,
@@ -1301,6 +1357,7 @@ fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
         created_at_ms,
         updated_at_ms,
         run_count: to_u64(runs),
+        cwd,
     })
 }
 
@@ -1328,6 +1385,7 @@ mod tests {
             prompt,
             resumed_session_id: resume,
             title: None,
+            cwd: Some("/srv/project"),
         }
     }
 
@@ -1346,6 +1404,7 @@ mod tests {
                 ..RunUsage::default()
             }),
             error_code: None,
+            error_reason: None,
             total_cost_usd: Some(0.25),
             pending_text: None,
         }
@@ -1612,21 +1671,62 @@ mod tests {
         };
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
-        conn.execute_batch("DROP TABLE tasks; PRAGMA user_version = 1;")
-            .unwrap();
+        conn.execute_batch(
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
         drop(conn);
         let store = open(tmp.path());
         let version: u32 = store
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 2);
+        assert_eq!(version, SCHEMA_VERSION);
         let tasks: i64 = store
             .conn
             .query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))
             .unwrap();
         assert_eq!(tasks, 0);
         assert_eq!(store.thread_detail(&thread).unwrap().thread.title, "old");
+    }
+
+    #[test]
+    fn threads_remember_their_working_directory_and_older_threads_gain_an_empty_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let thread = {
+            let mut store = open(tmp.path());
+            let run = store
+                .begin_run(new_run(new_thread(), "here", None))
+                .unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            assert_eq!(
+                store.thread(&thread).unwrap().unwrap().cwd.as_deref(),
+                Some("/srv/project")
+            );
+            // A follow-up never changes the recorded directory.
+            let mut follow = new_run(ThreadChoice::Existing(thread.clone()), "more", None);
+            follow.cwd = Some("/elsewhere");
+            let run = store.begin_run(follow).unwrap();
+            store.finish_run(run, &succeeded()).unwrap();
+            assert_eq!(
+                store.list_threads(10).unwrap()[0].cwd.as_deref(),
+                Some("/srv/project")
+            );
+            thread
+        };
+        // What awp-host wrote before schema 3: no `cwd` column.
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+             PRAGMA user_version = 2;",
+        )
+        .unwrap();
+        drop(conn);
+        let store = open(tmp.path());
+        let t = store.thread(&thread).unwrap().unwrap();
+        assert_eq!((t.title.as_str(), t.cwd), ("here", None));
     }
 
     #[test]
@@ -1714,5 +1814,48 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join(DATABASE_FILE)), 0o600);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn read_only_database_files_left_behind_are_made_writable_before_opening() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let thread = {
+            let mut store = open(&dir);
+            let run = store.begin_run(new_run(new_thread(), "one", None)).unwrap();
+            let thread = run.thread_id.clone();
+            store.finish_run(run, &succeeded()).unwrap();
+            thread
+        };
+        // What a failed write against a read-only database leaves: the database and its `-wal`/`-shm` (created
+        // with the database's mode) all read-only.
+        let files: Vec<PathBuf> = ["", "-wal", "-shm"]
+            .iter()
+            .map(|s| dir.join(format!("{DATABASE_FILE}{s}")))
+            .collect();
+        for file in &files {
+            if !file.exists() {
+                std::fs::write(file, b"").unwrap();
+            }
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let mut store = open(&dir);
+        for file in &files {
+            if let Ok(meta) = std::fs::metadata(file) {
+                assert_eq!(
+                    meta.permissions().mode() & 0o777,
+                    0o600,
+                    "{}",
+                    file.display()
+                );
+            }
+        }
+        let run = store
+            .begin_run(new_run(ThreadChoice::Existing(thread.clone()), "two", None))
+            .unwrap();
+        store.finish_run(run, &succeeded()).unwrap();
+        assert_eq!(store.thread(&thread).unwrap().unwrap().run_count, 2);
     }
 }

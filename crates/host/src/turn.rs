@@ -21,7 +21,7 @@ use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
     NewRun, PendingText, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice,
-    bounded_line,
+    bounded_line, escape_controls,
 };
 
 /// Code of a run whose agent reported an invalid session id: the thread could not be resumed, so the host treats
@@ -33,7 +33,13 @@ pub const INVALID_SESSION_ID: &str = codes::INVALID_SESSION_ID;
 pub struct TurnOptions {
     /// Fail the turn after this long without agent output (`agent_idle_timeout`). Default `None` (off).
     pub idle_timeout: Option<Duration>,
-    /// Working directory of the agent. Default `None` (the host's).
+    /// Overrides the agent's [`AgentSpec::first_output_timeout`] for this turn: `Some(Duration::ZERO)` turns
+    /// it off. Default `None` (the agent's).
+    pub first_output_timeout: Option<Duration>,
+    /// Working directory of the agent in a new thread, recorded on the thread (absolute, UTF-8). A thread that
+    /// recorded a directory always runs there instead (checked before the run is recorded:
+    /// [`TurnSetupError::ThreadCwdMissing`]); a thread without one (created before schema 3, or with this
+    /// `None`) runs here. Default `None` (the host's working directory, nothing recorded).
     pub cwd: Option<PathBuf>,
     /// Assistant text is written to the store whenever this many bytes are pending, at each tool use and at the
     /// end of the turn. Default 4096 bytes. A host killed mid-turn loses at most this much streamed text.
@@ -78,6 +84,18 @@ const STDIN_WRITE_FAILED: &str = "stdin_write_failed";
 /// `AgentSession::send_turn` code of an agent already exited (reported as `agent_exited_mid_turn`).
 const AGENT_EXITED: &str = "agent_exited";
 
+/// Code of a turn whose `awp-jsonl`/`stream-json` agent produced no protocol event within its first-output
+/// timeout after the turn was written ([`AgentSpec::first_output_timeout`]).
+pub const FIRST_OUTPUT_TIMEOUT: &str = "agent_first_output_timeout";
+
+/// Resolves at `deadline`; never when it is `None`.
+async fn first_output_due(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending::<()>().await,
+    }
+}
+
 /// Detail of a run ended by [`TurnOptions::abort`].
 pub const ABORTED: &str = "aborted: the agent's process group was killed";
 
@@ -93,16 +111,86 @@ async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
 
 /// How the agent side of a turn ended.
 enum Driven {
-    /// The turn never started (spawn or stdin write failed): code, detail, stderr tail.
-    Early(String, String, String),
-    /// The turn ran: its outcome (if the runner produced one) and the stderr tail.
-    Done(Option<TurnOutcome>, String),
+    /// The turn never started (spawn or stdin write failed): code, detail, what the agent left.
+    Early(String, String, Leftovers),
+    /// The turn ran: its outcome (if the runner produced one) and what the agent left.
+    Done(Option<TurnOutcome>, Leftovers),
+}
+
+/// What a stopped agent left behind for diagnostics.
+#[derive(Debug, Default)]
+struct Leftovers {
+    /// Last bytes of its stderr.
+    stderr_tail: String,
+    /// Stdout lines that were not protocol (AWP agents only).
+    malformed_lines: u64,
+    /// The first of them, bounded.
+    first_malformed_line: Option<String>,
+}
+
+/// At most this many last stderr lines make a [`failure_reason`].
+pub const MAX_REASON_STDERR_LINES: usize = 5;
+/// Each line of a [`failure_reason`] is cut at this many characters (with `…`).
+pub const MAX_REASON_LINE_CHARS: usize = 200;
+/// A whole [`failure_reason`] is cut at this many characters (with `…`).
+pub const MAX_REASON_CHARS: usize = 1000;
+
+/// Why a turn failed, in the agent's own words, first found of:
+/// 1. `result_text`: the `result` text (or Claude Code's `errors`) of its result, unless it only repeats
+///    `detail` (the stable code already reported);
+/// 2. the last [`MAX_REASON_STDERR_LINES`] non-blank lines of its stderr, joined with ` | `;
+/// 3. what it printed on stdout that was not protocol: `the agent printed N lines that are not JSON; first: …`.
+///
+/// Every line is escaped ([`crate::store::escape_controls`], one-line) and cut at [`MAX_REASON_LINE_CHARS`],
+/// the whole at [`MAX_REASON_CHARS`]. `None` when the agent left nothing.
+pub fn failure_reason(
+    result_text: Option<&str>,
+    detail: Option<&str>,
+    stderr_tail: &str,
+    malformed_lines: u64,
+    first_malformed_line: Option<&str>,
+) -> Option<String> {
+    let one_line = |text: &str, max: usize| bounded_line(&escape_controls(text.trim(), true), max);
+    if let Some(text) = result_text.map(str::trim).filter(|t| !t.is_empty())
+        && Some(text) != detail
+    {
+        return Some(one_line(text, MAX_REASON_CHARS));
+    }
+    let lines: Vec<&str> = stderr_tail
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    if !lines.is_empty() {
+        let last = lines.get(lines.len().saturating_sub(MAX_REASON_STDERR_LINES)..)?;
+        let joined = last
+            .iter()
+            .map(|l| one_line(l, MAX_REASON_LINE_CHARS))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        return Some(bounded_line(&joined, MAX_REASON_CHARS));
+    }
+    if malformed_lines > 0 {
+        let plural = if malformed_lines == 1 {
+            "line"
+        } else {
+            "lines"
+        };
+        let verb = if malformed_lines == 1 { "is" } else { "are" };
+        let first = first_malformed_line
+            .map(|l| format!("; first: {}", one_line(l, MAX_REASON_LINE_CHARS)))
+            .unwrap_or_default();
+        return Some(format!(
+            "the agent printed {malformed_lines} {plural} that {verb} not JSON{first}"
+        ));
+    }
+    None
 }
 
 impl Default for TurnOptions {
     fn default() -> Self {
         Self {
             idle_timeout: None,
+            first_output_timeout: None,
             cwd: None,
             text_flush_bytes: 4096,
             max_tool_summary_chars: 120,
@@ -154,6 +242,18 @@ pub enum TurnSetupError {
     /// The prompt is empty and there are no attachments.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// The thread's recorded working directory is gone (or is no longer a directory): the agent would run
+    /// somewhere else and lose its per-directory session.
+    #[error("thread {thread} runs in {}, which is not a directory any more (restore it, or start a new thread)", .cwd.display())]
+    ThreadCwdMissing {
+        /// The thread.
+        thread: ThreadId,
+        /// Its recorded directory.
+        cwd: PathBuf,
+    },
+    /// [`TurnOptions::cwd`] is not valid UTF-8, so it cannot be recorded on the thread.
+    #[error("the working directory {} is not valid UTF-8", .0.display())]
+    CwdNotUtf8(PathBuf),
     /// The store failed (includes an unknown thread: [`StoreError::ThreadNotFound`]).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -166,6 +266,8 @@ impl TurnSetupError {
             TurnSetupError::ThreadAgentMismatch { .. } => "thread_agent_mismatch",
             TurnSetupError::Launch { source, .. } => source.code(),
             TurnSetupError::EmptyPrompt => "empty_prompt",
+            TurnSetupError::ThreadCwdMissing { .. } => "thread_cwd_missing",
+            TurnSetupError::CwdNotUtf8(_) => "cwd_not_utf8",
             TurnSetupError::Store(e) => e.code(),
         }
     }
@@ -186,6 +288,9 @@ pub struct TurnReport {
     pub error_code: Option<String>,
     /// Detail of the failure (the agent's stable code, exit status, …), never a secret.
     pub error_detail: Option<String>,
+    /// Why the turn failed in the agent's own words ([`failure_reason`]); stored on the run. `None` on success,
+    /// on cancel, or when the agent left nothing to say.
+    pub error_reason: Option<String>,
     /// Usage.
     pub usage: Option<Usage>,
     /// Agent-reported cost.
@@ -234,6 +339,7 @@ impl AgentRunner {
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         model: Option<&str>,
+        cwd: Option<&std::path::Path>,
         options: &TurnOptions,
     ) -> Result<Self, (String, String)> {
         if agent.protocol == AgentProtocol::Acp {
@@ -242,7 +348,7 @@ impl AgentRunner {
                 agent.max_line_bytes,
                 resume.as_ref(),
                 model,
-                options.cwd.as_deref(),
+                cwd,
                 options.idle_timeout,
                 options.acp_permissions.clone(),
                 options.max_tool_summary_chars,
@@ -252,7 +358,7 @@ impl AgentRunner {
         }
         let mut session_options = SessionOptions::default();
         session_options.idle_timeout = options.idle_timeout;
-        session_options.cwd = options.cwd.clone();
+        session_options.cwd = cwd.map(std::path::Path::to_path_buf);
         session_options.resumed_from = resume;
         session_options.limits.max_line_bytes = agent.max_line_bytes;
         match AgentSession::spawn(plan, session_options).await {
@@ -295,14 +401,22 @@ impl AgentRunner {
         }
     }
 
-    /// Ends the agent process with the stop ladder; returns the stderr tail.
-    async fn finish(self) -> String {
+    /// Ends the agent process with the stop ladder; returns what it left (stderr tail, non-protocol lines).
+    async fn finish(self) -> Leftovers {
         match self {
             AgentRunner::Awp(mut session) => {
                 session.stop().await;
-                session.diagnostics().stderr_tail
+                let d = session.diagnostics();
+                Leftovers {
+                    stderr_tail: d.stderr_tail,
+                    malformed_lines: d.counters.malformed_lines,
+                    first_malformed_line: d.first_malformed_line,
+                }
             }
-            AgentRunner::Acp(runner) => runner.finish().await,
+            AgentRunner::Acp(runner) => Leftovers {
+                stderr_tail: runner.finish().await,
+                ..Leftovers::default()
+            },
         }
     }
 }
@@ -457,12 +571,20 @@ pub async fn run_turn(
     if request.prompt.trim().is_empty() && request.attachments.is_empty() {
         return Err(TurnSetupError::EmptyPrompt);
     }
-    let (thread_choice, resume) = match &request.thread {
+    let new_cwd = match &options.cwd {
+        Some(dir) => Some(
+            dir.to_str()
+                .ok_or_else(|| TurnSetupError::CwdNotUtf8(dir.clone()))?,
+        ),
+        None => None,
+    };
+    let (thread_choice, resume, cwd) = match &request.thread {
         None => (
             ThreadChoice::New {
                 agent: agent.name.clone(),
             },
             None,
+            options.cwd.clone(),
         ),
         Some(id) => {
             let thread = store
@@ -482,7 +604,20 @@ pub async fn run_turn(
                 })?),
                 None => None,
             };
-            (ThreadChoice::Existing(id.clone()), resume)
+            let cwd = match thread.cwd {
+                Some(dir) => {
+                    let dir = PathBuf::from(dir);
+                    if !dir.is_dir() {
+                        return Err(TurnSetupError::ThreadCwdMissing {
+                            thread: id.clone(),
+                            cwd: dir,
+                        });
+                    }
+                    Some(dir)
+                }
+                None => options.cwd.clone(),
+            };
+            (ThreadChoice::Existing(id.clone()), resume, cwd)
         }
     };
     let model = request
@@ -512,6 +647,7 @@ pub async fn run_turn(
         prompt: &stored_prompt,
         resumed_session_id: resume.as_ref().map(SessionId::as_str),
         title: request.title.as_deref(),
+        cwd: new_cwd,
     })?;
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
@@ -532,11 +668,19 @@ pub async fn run_turn(
         invalid_session_id: false,
     };
 
-    let fail_early = |recorder: Recorder<'_>, code: &str, detail: String| {
+    let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
+        let error_reason = failure_reason(
+            None,
+            None,
+            &left.stderr_tail,
+            left.malformed_lines,
+            left.first_malformed_line.as_deref(),
+        );
         let end = RunEnd {
             status: RunStatus::Failed,
             usage: None,
             error_code: Some(code.to_owned()),
+            error_reason: error_reason.clone(),
             total_cost_usd: None,
             pending_text: None,
         };
@@ -554,20 +698,23 @@ pub async fn run_turn(
             status: RunStatus::Failed,
             error_code: Some(code.to_owned()),
             error_detail: Some(detail),
+            error_reason,
             usage: None,
             total_cost_usd: None,
             duration: started.elapsed(),
             assistant_text: String::new(),
-            stderr_tail: String::new(),
+            stderr_tail: left.stderr_tail,
         })
     };
 
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let drive = async {
         let mut runner =
-            match AgentRunner::start(agent, &plan, resume.clone(), model, options).await {
+            match AgentRunner::start(agent, &plan, resume.clone(), model, cwd.as_deref(), options)
+                .await
+            {
                 Ok(runner) => runner,
-                Err((code, cause)) => return Ok(Driven::Early(code, cause, String::new())),
+                Err((code, cause)) => return Ok(Driven::Early(code, cause, Leftovers::default())),
             };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
@@ -578,7 +725,7 @@ pub async fn run_turn(
         }
         if let Err((code, detail)) = runner.send(&blocks).await {
             // Stops the agent, waiting for its exit and draining its stderr.
-            let stderr_tail = runner.finish().await;
+            let left = runner.finish().await;
             // An agent that died before reading the turn (a broken stdin pipe, or its exit seen first) is one
             // failure whichever way the race went: reported like an exit mid-turn, with its stderr tail.
             if code == STDIN_WRITE_FAILED || code == AGENT_EXITED {
@@ -586,14 +733,24 @@ pub async fn run_turn(
                 return Ok(Driven::Early(
                     codes::AGENT_EXITED_MID_TURN.to_owned(),
                     detail,
-                    stderr_tail,
+                    left,
                 ));
             }
-            return Ok(Driven::Early(code, detail, stderr_tail));
+            return Ok(Driven::Early(code, detail, left));
         }
         let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
         let mut outcome: Option<TurnOutcome> = None;
+        // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
+        let mut first_output = match agent.protocol {
+            AgentProtocol::Acp => None,
+            _ => match options.first_output_timeout {
+                Some(t) if t.is_zero() => None,
+                Some(t) => Some(t),
+                None => agent.first_output_timeout,
+            },
+        }
+        .map(|t| (t, tokio::time::Instant::now() + t));
         loop {
             let event = if cancelled {
                 runner.next_event().await
@@ -605,8 +762,17 @@ pub async fn run_turn(
                         runner.cancel().await;
                         continue;
                     }
+                    () = first_output_due(first_output.map(|(_, at)| at)) => {
+                        let secs = first_output.map_or(0, |(t, _)| t.as_secs());
+                        outcome = Some(TurnOutcome::new(TurnStatus::Failed {
+                            code: FIRST_OUTPUT_TIMEOUT.to_owned(),
+                            detail: Some(format!("no protocol event {secs} s after the turn was written")),
+                        }));
+                        break;
+                    }
                 }
             };
+            first_output = None;
             let Some(event) = event else { break };
             if let Err(e) = recorder.record(&event) {
                 runner.cancel().await;
@@ -619,8 +785,8 @@ pub async fn run_turn(
                 break;
             }
         }
-        let stderr_tail = runner.finish().await;
-        Ok(Driven::Done(outcome, stderr_tail))
+        let left = runner.finish().await;
+        Ok(Driven::Done(outcome, left))
     };
     // Dropping `drive` drops the runner, whose child kills the agent's process group with SIGKILL.
     let driven = tokio::select! {
@@ -628,12 +794,10 @@ pub async fn run_turn(
         () = abort_requested(options.abort.clone()) => None,
         driven = drive => Some(driven),
     };
-    let (outcome, stderr_tail) = match driven {
-        Some(Ok(Driven::Done(outcome, stderr_tail))) => (outcome, stderr_tail),
-        Some(Ok(Driven::Early(code, detail, stderr_tail))) => {
-            let mut report = fail_early(recorder, &code, detail)?;
-            report.stderr_tail = stderr_tail;
-            return Ok(report);
+    let (outcome, left) = match driven {
+        Some(Ok(Driven::Done(outcome, left))) => (outcome, left),
+        Some(Ok(Driven::Early(code, detail, left))) => {
+            return fail_early(recorder, &code, detail, left);
         }
         Some(Err(e)) => return Err(e.into()),
         None => {
@@ -641,7 +805,7 @@ pub async fn run_turn(
                 code: codes::CANCELLED.to_owned(),
                 detail: Some(ABORTED.to_owned()),
             });
-            (Some(outcome), String::new())
+            (Some(outcome), Leftovers::default())
         }
     };
     // `next_event` ends every accepted turn with TurnCompleted; a missing one would be a runner bug, recorded as
@@ -667,6 +831,16 @@ pub async fn run_turn(
         error_detail =
             Some("the agent reported a session id outside [A-Za-z0-9._:-]{1,256}".to_owned());
     }
+    let error_reason = match status {
+        RunStatus::Failed => failure_reason(
+            outcome.result_text.as_deref(),
+            error_detail.as_deref(),
+            &left.stderr_tail,
+            left.malformed_lines,
+            left.first_malformed_line.as_deref(),
+        ),
+        _ => None,
+    };
     let pending_text = (!recorder.pending.is_empty()).then(|| PendingText {
         message: recorder.message,
         text: std::mem::take(&mut recorder.pending),
@@ -675,6 +849,7 @@ pub async fn run_turn(
         status,
         usage: outcome.usage.as_ref().map(run_usage),
         error_code: error_code.clone(),
+        error_reason: error_reason.clone(),
         total_cost_usd: outcome.total_cost_usd,
         pending_text,
     };
@@ -693,11 +868,12 @@ pub async fn run_turn(
         status,
         error_code,
         error_detail,
+        error_reason,
         usage: outcome.usage,
         total_cost_usd: outcome.total_cost_usd,
         duration: started.elapsed(),
         assistant_text: full_text,
-        stderr_tail,
+        stderr_tail: left.stderr_tail,
     })
 }
 
@@ -724,6 +900,55 @@ mod tests {
             "↳ error: boom"
         );
         assert_eq!(tool_result_summary(false, "a\tb", 120), "↳ a b");
+    }
+
+    #[test]
+    fn a_failure_reason_is_the_agents_own_words_bounded() {
+        // The result text, unless it only repeats the reported code.
+        assert_eq!(
+            failure_reason(
+                Some("No conversation found"),
+                Some("error_during_execution"),
+                "x",
+                0,
+                None
+            ),
+            Some("No conversation found".to_owned())
+        );
+        assert_eq!(
+            failure_reason(
+                Some("fixture_failure"),
+                Some("fixture_failure"),
+                "",
+                0,
+                None
+            ),
+            None
+        );
+        // Else the last stderr lines, escaped, at most five, each bounded.
+        let tail = "one\n\ntwo\nthree\nfour\nfive\nsix\u{1b}[31m\n";
+        assert_eq!(
+            failure_reason(None, None, tail, 2, Some("banner")).as_deref(),
+            Some("two | three | four | five | six\\u{1b}[31m")
+        );
+        let long = "é".repeat(MAX_REASON_LINE_CHARS + 1);
+        let reason = failure_reason(None, None, &long, 0, None).unwrap();
+        assert_eq!(reason.chars().count(), MAX_REASON_LINE_CHARS);
+        let exact = "é".repeat(MAX_REASON_LINE_CHARS);
+        assert_eq!(failure_reason(None, None, &exact, 0, None), Some(exact));
+        let huge = "x".repeat(MAX_REASON_CHARS + 1);
+        let reason = failure_reason(Some(&huge), None, "", 0, None).unwrap();
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS);
+        // Else what it printed that was not protocol.
+        assert_eq!(
+            failure_reason(None, None, " \n", 3, Some("Please log in")).as_deref(),
+            Some("the agent printed 3 lines that are not JSON; first: Please log in")
+        );
+        assert_eq!(
+            failure_reason(None, None, "", 1, None).as_deref(),
+            Some("the agent printed 1 line that is not JSON")
+        );
+        assert_eq!(failure_reason(None, None, "", 0, None), None);
     }
 
     #[test]

@@ -116,6 +116,21 @@ impl Host {
         out
     }
 
+    /// Runs `awp-host ARGS` to completion in the working directory `dir` (stdin closed at once).
+    pub async fn run_in(&self, dir: &std::path::Path, args: &[&str]) -> Output {
+        let mut cmd = Command::new(agentwire_testkit::bin_path("awp-host"));
+        cmd.arg("--data-dir")
+            .arg(&self.data)
+            .arg("--config-dir")
+            .arg(&self.config)
+            .args(args)
+            .current_dir(dir)
+            .inherit_os_env();
+        let mut child = cmd.spawn().expect("spawn awp-host");
+        child.stdin().close().await;
+        collect(&mut child).await
+    }
+
     /// Runs `awp-host ARGS` to completion (stdin closed at once).
     pub async fn run(&self, args: &[&str]) -> Output {
         self.run_with_stdin(args, b"").await
