@@ -124,7 +124,9 @@ Examples:
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
   awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
 
-Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
+Output: assistant text on stdout as it streams (stream-json agents: token by token, launched with
+--include-partial-messages unless `include_partial_messages = false` in agents.toml); separate text blocks and
+messages are kept apart by a blank line; tool use as one-line summaries (`⚙ Bash {...}`);
 the status line (status, tokens, duration, thread id) and errors go to stderr.
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).

@@ -657,8 +657,13 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
                 };
                 Failure::from_error(exit, e.code(), &e)
             })?;
+            // As `chat` launches it (`--include-partial-messages` for a stream-json agent, unless turned off).
+            let mut launch = agent.launch.clone();
+            launch
+                .prefix_args
+                .extend(agent.extra_args().iter().map(|a| (*a).to_owned()));
             (
-                agent.launch.clone(),
+                launch,
                 agent.protocol == agentwire_host::agents::AgentProtocol::Acp,
                 Some(agent.max_line_bytes),
             )

@@ -99,3 +99,69 @@ async fn a_long_streamed_answer_is_persisted_whole() {
     assert_eq!(detail["messages"][1]["content"], expect.as_str());
     assert_eq!(detail["messages"].as_array().unwrap().len(), 2);
 }
+
+/// The rendered and stored text of `claude-stream-json-partial-two-blocks.jsonl`: two text blocks of one
+/// message and a second message, each kept apart by a blank line.
+const TWO_BLOCKS_TEXT: &str = "First block.\n\nSecond block.\n\nAnother message.";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn separate_text_blocks_and_messages_are_separated_by_a_blank_line() {
+    let host = Host::new();
+    replay_agent(
+        &host,
+        "stream-json",
+        &recording("claude-stream-json-partial-two-blocks.jsonl"),
+    );
+    let out = host.run(&["chat", "--agent", "rp", "x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, format!("{TWO_BLOCKS_TEXT}\n"));
+    let out = host.run(&["chat", "--agent", "rp", "--json", "x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let record = out.json();
+    assert_eq!(record["text"], TWO_BLOCKS_TEXT);
+    let detail = host.thread(record["thread_id"].as_str().unwrap()).await;
+    assert_eq!(detail["messages"][1]["content"], TWO_BLOCKS_TEXT);
+    assert_eq!(detail["messages"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_json_agents_stream_token_deltas_unless_partial_messages_are_off() {
+    let host = Host::new();
+    let file = recording("claude-stream-json-partial-two-blocks.jsonl");
+    let deltas = |out: &support::Output| -> Vec<String> {
+        out.jsonl()
+            .iter()
+            .filter(|e| e["type"] == "text_delta")
+            .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    // Default: launched with --include-partial-messages, so the fixture (like Claude Code) streams deltas.
+    replay_agent(&host, "stream-json", &file);
+    let out = host.run(&["chat", "--agent", "rp", "--jsonl", "x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        deltas(&out),
+        [
+            "First ",
+            "block.",
+            "\n\nSecond ",
+            "block.",
+            "\n\nAnother ",
+            "message."
+        ]
+    );
+    // Turned off: only the complete messages come, still kept apart.
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"rp\"\nprotocol = \"stream-json\"\nexecutable = \"$FIXTURE\"\n\
+         include_partial_messages = false\n\
+         args = [\"--mode\", \"replay\", \"--replay-file\", \"{}\"]\n",
+        file.display()
+    ));
+    let out = host.run(&["chat", "--agent", "rp", "--jsonl", "x"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        deltas(&out),
+        ["First block.\n\nSecond block.", "\n\nAnother message."]
+    );
+    assert_eq!(out.jsonl().last().unwrap()["type"], "result");
+}

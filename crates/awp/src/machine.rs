@@ -47,6 +47,12 @@
 //!   remembered (up to [`Limits::max_line_bytes`]); a complete message whose text equals it is suppressed, one that
 //!   extends it emits only the part not yet streamed, and a tool use whose id was already streamed is not emitted
 //!   again. A complete message that shares nothing with the stream is rendered as usual.
+//! - **Text blocks.** Text deltas of one block are passed on as they come. When a new text block
+//!   (`content_block_start` of type `text`) or a new complete `assistant` message begins after text was emitted in
+//!   the turn, its first text is prefixed with [`TEXT_BLOCK_SEPARATOR`] (a blank line), and the text blocks of one
+//!   complete message are joined with it, so separate blocks and messages are never glued together (issue 11).
+//!   A tool use or tool result in between resets this: hosts put tool lines on their own line and start a new
+//!   stored message after them.
 //! - Each stdout line is counted in at most one of: too long, before input, outside turn, malformed, unknown.
 
 use std::collections::{HashMap, VecDeque};
@@ -199,6 +205,10 @@ pub struct Counters {
 /// its deltas closely).
 const REMEMBERED_STREAMED_IDS: usize = 16;
 
+/// Put between two text blocks (or two assistant messages) of one turn that no tool event separates: a blank
+/// line, so that streamed text is never glued together.
+pub const TEXT_BLOCK_SEPARATOR: &str = "\n\n";
+
 #[derive(Debug)]
 enum OpenBlock {
     ToolUse {
@@ -261,6 +271,10 @@ struct Turn {
     session_id: Option<SessionId>,
     finished_usage: Option<Usage>,
     message_usage: Option<Usage>,
+    /// Text was emitted since the turn started or since the last tool event.
+    text_seen: bool,
+    /// A new text block or message began after `text_seen` text: its first text gets [`TEXT_BLOCK_SEPARATOR`].
+    text_break: bool,
 }
 
 impl Turn {
@@ -276,6 +290,27 @@ impl Turn {
             session_id: None,
             finished_usage: None,
             message_usage: None,
+            text_seen: false,
+            text_break: false,
+        }
+    }
+
+    /// Keeps separate text blocks and messages apart (see the module docs, "Text blocks"): the first text of a
+    /// block that began after earlier text gets [`TEXT_BLOCK_SEPARATOR`] in front; a tool event resets (the host
+    /// renders and stores tool lines on their own).
+    fn join_text(&mut self, event: &mut NormalizedEvent) {
+        match event {
+            NormalizedEvent::TextDelta { text } => {
+                if std::mem::take(&mut self.text_break) {
+                    text.insert_str(0, TEXT_BLOCK_SEPARATOR);
+                }
+                self.text_seen = true;
+            }
+            NormalizedEvent::ToolUse { .. } | NormalizedEvent::ToolResult { .. } => {
+                self.text_seen = false;
+                self.text_break = false;
+            }
+            _ => {}
         }
     }
 
@@ -579,7 +614,10 @@ impl TurnMachine {
         self.actions.push_back(Action::StopProcess { code });
     }
 
-    fn emit(&mut self, event: NormalizedEvent) {
+    fn emit(&mut self, mut event: NormalizedEvent) {
+        if let Phase::InTurn(turn) = &mut self.phase {
+            turn.join_text(&mut event);
+        }
         self.events.push_back(event);
     }
 
@@ -714,11 +752,20 @@ impl TurnMachine {
         // Decide by what was streamed without an id in this turn (see the module docs, "Dedup").
         let mut unconfirmed = std::mem::take(&mut turn.unconfirmed);
         let streamed_tools = std::mem::take(&mut turn.streamed_tool_ids);
+        // A message whose text was not streamed anonymously is a new message: a break after earlier text.
+        if unconfirmed.text.is_empty() && !unconfirmed.overflow {
+            turn.text_break = turn.text_seen;
+        }
         let (mut text, mut thinking) = (String::new(), String::new());
         let mut out = Vec::new();
         for block in content {
             match block {
-                MessageBlock::Text(part) => text.push_str(&part),
+                MessageBlock::Text(part) => {
+                    if !text.is_empty() && !part.is_empty() {
+                        text.push_str(TEXT_BLOCK_SEPARATOR);
+                    }
+                    text.push_str(&part);
+                }
                 MessageBlock::Thinking(part) => thinking.push_str(&part),
                 MessageBlock::ToolUse { id, name, input } if !streamed_tools.contains(&id) => {
                     out.push(NormalizedEvent::ToolUse { id, name, input });
@@ -830,6 +877,7 @@ impl TurnMachine {
                         turn.mark_streamed();
                         let open = match block {
                             MessageBlock::Text(text) => {
+                                turn.text_break = turn.text_seen;
                                 if !text.is_empty() {
                                     out.push(NormalizedEvent::TextDelta { text });
                                 }
@@ -935,7 +983,8 @@ impl TurnMachine {
         if let Some(turn) = self.turn() {
             let max = limits.max_line_bytes;
             let anonymous = turn.current_message_id.is_none();
-            for event in &out {
+            for event in &mut out {
+                turn.join_text(event);
                 match event {
                     NormalizedEvent::TextDelta { text } if anonymous => {
                         let u = &mut turn.unconfirmed;
@@ -1150,6 +1199,61 @@ mod tests {
     }
 
     #[test]
+    fn separate_text_blocks_and_messages_are_separated_by_a_blank_line() {
+        let start = |i: u64, id: &str| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"message_start","message":{{"id":"{id}"}}}}}}
+{{"type":"stream_event","event":{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}}}"#
+            )
+        };
+        let delta = |i: u64, t: &str| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":{i},"delta":{{"type":"text_delta","text":"{t}"}}}}}}"#
+            )
+        };
+        let block = |i: u64| {
+            format!(
+                r#"{{"type":"stream_event","event":{{"type":"content_block_start","index":{i},"content_block":{{"type":"text","text":""}}}}}}"#
+            )
+        };
+        let first = start(0, "msg_1");
+        let mut lines: Vec<String> = vec![];
+        for part in first.lines() {
+            lines.push(part.to_owned());
+        }
+        lines.push(delta(0, "one"));
+        lines.push(delta(0, " a"));
+        lines.push(block(1));
+        lines.push(delta(1, "two"));
+        for part in start(0, "msg_2").lines() {
+            lines.push(part.to_owned());
+        }
+        lines.push(delta(0, "three"));
+        // A complete message that was not streamed: its two blocks are joined, and it is a new message.
+        lines.push(
+            r#"{"type":"assistant","message":{"id":"msg_3","content":[{"type":"text","text":"four"},{"type":"text","text":"five"}]}}"#
+                .to_owned(),
+        );
+        // After a tool use, no separator (the tool line is in between).
+        lines.push(r#"{"type":"assistant","message":{"id":"msg_4","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{}}]}}"#.to_owned());
+        lines.push(
+            r#"{"type":"assistant","message":{"id":"msg_5","content":[{"type":"text","text":"six"}]}}"#
+                .to_owned(),
+        );
+        lines.push(OK.to_owned());
+        let mut steps = vec![Input];
+        steps.extend(lines.iter().map(|l| Line(l)));
+        let (got, _) = run(stream_json(), &steps);
+        let text: String = got
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["type"] == "text_delta")
+            .map(|v| v["text"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(text, "one a\n\ntwo\n\nthree\n\nfour\n\nfivesix");
+    }
+
+    #[test]
     fn only_one_turn_at_a_time() {
         check(
             awp(),
@@ -1201,7 +1305,7 @@ mod tests {
             &[
                 r#"{"type":"text_delta","text":"Hel"}"#,
                 r#"{"type":"text_delta","text":"lo"}"#,
-                r#"{"type":"text_delta","text":"Second"}"#,
+                r#"{"type":"text_delta","text":"\n\nSecond"}"#,
                 DONE_OK,
             ],
         );
@@ -1449,8 +1553,8 @@ mod tests {
             &[
                 r#"{"type":"text_delta","text":"ec"}"#,
                 r#"{"type":"text_delta","text":"ho"}"#,
-                r#"{"type":"text_delta","text":"other"}"#,
-                r#"{"type":"text_delta","text":"no id"}"#,
+                r#"{"type":"text_delta","text":"\n\nother"}"#,
+                r#"{"type":"text_delta","text":"\n\nno id"}"#,
                 DONE_OK,
             ],
         );

@@ -16,6 +16,7 @@
 //! model = "sonnet"
 //! remote_api_opt_in = false             # allow non-loopback http(s) URLs in args/env
 //! max_line_bytes = 4194304              # longest stdout line (JSON Lines / JSON-RPC message) accepted
+//! include_partial_messages = true       # stream-json only: token-level deltas (default true)
 //! ```
 
 use std::collections::BTreeMap;
@@ -125,6 +126,27 @@ pub struct AgentSpec {
     /// [`DEFAULT_FIRST_OUTPUT_TIMEOUT`]; `agents.toml` key `first_output_timeout_secs` (0 = `None`, off; at most
     /// [`MAX_FIRST_OUTPUT_TIMEOUT_SECS`]). ACP agents: unused (their `initialize` answer is timed instead).
     pub first_output_timeout: Option<Duration>,
+    /// `stream-json` agents only: launch with [`INCLUDE_PARTIAL_MESSAGES`], so Claude Code streams its text as
+    /// token-level `stream_event` deltas instead of one complete message per step. Default `true`;
+    /// `agents.toml` key `include_partial_messages` (an error on agents of other protocols). Unused by
+    /// `awp-jsonl` and ACP agents.
+    pub include_partial_messages: bool,
+}
+
+/// Claude Code's flag for token-level streaming in `stream-json` mode (its `stream_event` wrappers), added after
+/// the stream-json flags when [`AgentSpec::include_partial_messages`] is on.
+pub const INCLUDE_PARTIAL_MESSAGES: &str = "--include-partial-messages";
+
+impl AgentSpec {
+    /// Extra launch arguments of this agent beyond [`LaunchConfig::plan`]'s: [`INCLUDE_PARTIAL_MESSAGES`] for
+    /// a `stream-json` agent with [`include_partial_messages`](Self::include_partial_messages) on; else none.
+    pub fn extra_args(&self) -> &'static [&'static str] {
+        if self.protocol == AgentProtocol::StreamJson && self.include_partial_messages {
+            &[INCLUDE_PARTIAL_MESSAGES]
+        } else {
+            &[]
+        }
+    }
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -135,6 +157,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("launch", &self.launch)
             .field("max_line_bytes", &self.max_line_bytes)
             .field("first_output_timeout", &self.first_output_timeout)
+            .field("include_partial_messages", &self.include_partial_messages)
             .finish()
     }
 }
@@ -360,6 +383,7 @@ struct RawEntry {
     remote_api_opt_in: bool,
     max_line_bytes: Option<u64>,
     first_output_timeout_secs: Option<u64>,
+    include_partial_messages: Option<bool>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -397,6 +421,7 @@ fn validated(
         launch,
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         first_output_timeout: Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
+        include_partial_messages: true,
     })
 }
 
@@ -500,9 +525,15 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
                 });
             }
         };
+        if raw.include_partial_messages.is_some() && protocol != AgentProtocol::StreamJson {
+            return Err(ConfigError::InvalidEntry {
+                message: "include_partial_messages applies to stream-json agents only".to_owned(),
+            });
+        }
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
         spec.max_line_bytes = max_line_bytes;
         spec.first_output_timeout = first_output_timeout;
+        spec.include_partial_messages = raw.include_partial_messages.unwrap_or(true);
         Ok(spec)
     })();
     entry
@@ -840,6 +871,32 @@ mod tests {
                 .first_output_timeout,
             Some(DEFAULT_FIRST_OUTPUT_TIMEOUT)
         );
+    }
+
+    #[test]
+    fn stream_json_agents_include_partial_messages_unless_turned_off() {
+        let entry = |name: &str, protocol: &str, key: Option<bool>| {
+            let key = key
+                .map(|b| format!("include_partial_messages = {b}\n"))
+                .unwrap_or_default();
+            format!(
+                "[[agents]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nexecutable = \"$EXE\"\n{key}"
+            )
+        };
+        let text = [
+            entry("on", "stream-json", None),
+            entry("off", "stream-json", Some(false)),
+            entry("awp", "awp-jsonl", None),
+            entry("wrong", "awp-jsonl", Some(true)),
+        ]
+        .concat();
+        let s = setup(Some(&text));
+        let reg = load(&s, &[]).unwrap();
+        let args = |name: &str| reg.resolve(Some(name)).map(AgentSpec::extra_args);
+        assert_eq!(args("on").unwrap(), &[INCLUDE_PARTIAL_MESSAGES]);
+        assert!(args("off").unwrap().is_empty());
+        assert!(args("awp").unwrap().is_empty());
+        assert_eq!(args("wrong").unwrap_err().code(), "agent_entry_invalid");
     }
 
     #[test]

@@ -453,6 +453,8 @@ struct Recorder<'a> {
     full_text: String,
     session_id: Option<String>,
     invalid_session_id: bool,
+    /// A tool line was stored since the last text.
+    after_tool: bool,
 }
 
 impl Recorder<'_> {
@@ -480,6 +482,16 @@ impl Recorder<'_> {
         match event {
             NormalizedEvent::SessionStarted { session_id, .. } => self.session(session_id)?,
             NormalizedEvent::TextDelta { text } => {
+                // Text after a tool line starts a new stored message; the whole-turn text keeps them apart too.
+                if self.message.is_none()
+                    && self.pending.is_empty()
+                    && self.after_tool
+                    && !self.full_text.is_empty()
+                {
+                    self.full_text
+                        .push_str(agentwire_awp::machine::TEXT_BLOCK_SEPARATOR);
+                }
+                self.after_tool = false;
                 self.pending.push_str(text);
                 self.full_text.push_str(text);
                 if self.pending.len() >= self.options.text_flush_bytes {
@@ -489,6 +501,7 @@ impl Recorder<'_> {
             NormalizedEvent::ToolUse { name, input, .. } => {
                 self.flush()?;
                 self.message = None;
+                self.after_tool = true;
                 self.store.add_tool_summary(
                     &self.guard,
                     &tool_use_summary(name, input, self.options.max_tool_summary_chars),
@@ -499,6 +512,7 @@ impl Recorder<'_> {
             } => {
                 self.flush()?;
                 self.message = None;
+                self.after_tool = true;
                 self.store.add_tool_summary(
                     &self.guard,
                     &tool_result_summary(*is_error, summary, self.options.max_tool_summary_chars),
@@ -637,6 +651,8 @@ pub async fn run_turn(
         agent: agent.name.clone(),
         source,
     })?;
+    plan.args
+        .extend(agent.extra_args().iter().map(|a| (*a).to_owned()));
 
     let started = Instant::now();
     let stored_prompt = stored_user_message(&request.prompt, &request.attachments);
@@ -666,6 +682,7 @@ pub async fn run_turn(
         full_text: String::new(),
         session_id: resume.as_ref().map(|s| s.as_str().to_owned()),
         invalid_session_id: false,
+        after_tool: false,
     };
 
     let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
