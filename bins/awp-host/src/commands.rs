@@ -240,7 +240,14 @@ async fn chat(
         }
         None => None,
     };
-    let prompt = read_prompt(&args.prompt)?;
+    // No prompt on a terminal: an interactive session (human output only; --json/--jsonl keep the error).
+    let interactive =
+        args.prompt.is_empty() && format == Format::Human && std::io::stdin().is_terminal();
+    let prompt = if interactive {
+        String::new()
+    } else {
+        read_prompt(&args.prompt)?
+    };
     let attachments = read_attachments(&args.attach, &AttachmentLimits::default())
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let mut store = open_store(data_dir)?;
@@ -271,6 +278,26 @@ async fn chat(
         acp_permissions: crate::acp::permissions(args.yes),
         ..TurnOptions::default()
     };
+    if interactive {
+        let dir = paths::data_dir(data_dir, &env_lookup)
+            .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+        let agent_token = ChatAgentToken::discover(&dir, deepchat_dir());
+        let options = TurnOptions {
+            on_run_recorded: Some(agent_token.hook()),
+            ..options
+        };
+        let session = crate::interactive::Session {
+            agent,
+            options,
+            thread,
+            model: args.model.clone(),
+            attachments,
+            data_dir: dir,
+        };
+        let result = crate::interactive::run(&mut store, session).await;
+        agent_token.revoke().await;
+        return result;
+    }
     let (cancel, abort) = cancel_on_signals()?;
     // With a `serve` running for this data dir, the agent gets a run-scoped DEEPCHAT_CLI_AGENT_TOKEN.
     let dir = paths::data_dir(data_dir, &env_lookup)

@@ -7,6 +7,7 @@ mod acp;
 mod cli;
 mod commands;
 mod exit;
+mod interactive;
 mod render;
 mod serve;
 mod tools;

@@ -23,4 +23,6 @@ pub use agents::{AgentEntry, AgentError, AgentProtocol, AgentRegistry, AgentSpec
 pub use attachments::{Attachment, AttachmentError, AttachmentLimits};
 pub use ids::{IdError, RunId, TaskId, ThreadId};
 pub use store::{RunStatus, Store, StoreError};
-pub use turn::{TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn};
+pub use turn::{
+    LiveAgent, TurnOptions, TurnReport, TurnRequest, TurnSetupError, run_turn, run_turn_live,
+};

@@ -113,8 +113,9 @@ async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
 enum Driven {
     /// The turn never started (spawn or stdin write failed): code, detail, what the agent left.
     Early(String, String, Leftovers),
-    /// The turn ran: its outcome (if the runner produced one) and what the agent left.
-    Done(Option<TurnOutcome>, Leftovers),
+    /// The turn ran: its outcome (if the runner produced one), what the agent left, and the runner when it
+    /// stays alive for the next turn ([`LiveAgent`]).
+    Done(Option<TurnOutcome>, Leftovers, Option<AgentRunner>),
 }
 
 /// What a stopped agent left behind for diagnostics.
@@ -401,6 +402,30 @@ impl AgentRunner {
         }
     }
 
+    /// True when the process can take another turn: an AWP session whose process is alive and between turns.
+    /// ACP runners are never kept (each turn reopens the session with `session/load`).
+    fn reusable(&self) -> bool {
+        match self {
+            AgentRunner::Awp(session) => session.is_alive() && !session.in_turn(),
+            AgentRunner::Acp(_) => false,
+        }
+    }
+
+    /// What the agent left so far, without stopping it (AWP only; see [`reusable`](Self::reusable)).
+    fn leftovers(&self) -> Leftovers {
+        match self {
+            AgentRunner::Awp(session) => {
+                let d = session.diagnostics();
+                Leftovers {
+                    stderr_tail: d.stderr_tail,
+                    malformed_lines: d.counters.malformed_lines,
+                    first_malformed_line: d.first_malformed_line,
+                }
+            }
+            AgentRunner::Acp(_) => Leftovers::default(),
+        }
+    }
+
     /// Ends the agent process with the stop ladder; returns what it left (stderr tail, non-protocol lines).
     async fn finish(self) -> Leftovers {
         match self {
@@ -558,6 +583,70 @@ fn status_of(code: &str) -> RunStatus {
     }
 }
 
+/// One agent process kept alive across the turns of a conversation (an interactive session), as the AWP
+/// protocol intends: each turn is one more user line on the same process's stdin, without `--resume`.
+///
+/// Use [`run_turn_live`] for every turn, then [`stop`](Self::stop). The process is kept after a turn only when it
+/// is an `awp-jsonl`/`stream-json` agent that is alive and between turns; after a cancelled turn (the stop
+/// ladder ended it), a timeout, a line-limit violation, an exit, or for ACP agents, the next turn starts a new
+/// process that resumes the thread's session (`--resume`, ACP `session/load`): [`restarts`](Self::restarts)
+/// counts those. A new thread (or another agent) also starts a new process.
+/// [`TurnOptions::on_run_recorded`] is called only for turns that start a process (its variables go into the
+/// launch).
+#[derive(Debug, Default)]
+pub struct LiveAgent {
+    runner: Option<AgentRunner>,
+    /// The thread and agent the kept process serves.
+    thread: Option<(ThreadId, String)>,
+    /// Processes started after the first one of the same thread.
+    restarts: u64,
+    /// Processes started in all.
+    spawned: u64,
+}
+
+impl LiveAgent {
+    /// No process yet; the first [`run_turn_live`] starts one.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// True while a process is kept for the next turn.
+    pub fn is_alive(&self) -> bool {
+        self.runner.as_ref().is_some_and(AgentRunner::reusable)
+    }
+
+    /// The kept process's id, if any.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.runner {
+            Some(AgentRunner::Awp(session)) => session.id(),
+            _ => None,
+        }
+    }
+
+    /// How many processes were started for a thread that already had one (after a cancel, a crash, …).
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// How many agent processes were started in all.
+    pub fn spawned(&self) -> u64 {
+        self.spawned
+    }
+
+    /// Stops the kept process with the stop ladder (stdin EOF first, so an AWP agent exits on its own).
+    pub async fn stop(&mut self) {
+        if let Some(runner) = self.runner.take() {
+            runner.finish().await;
+        }
+    }
+
+    /// Forgets the thread: the next turn (with `thread: None`) starts a new process for a new thread.
+    pub async fn new_thread(&mut self) {
+        self.stop().await;
+        self.thread = None;
+    }
+}
+
 /// Runs one turn of `agent` and records it in `store`.
 ///
 /// Order (invariant 10): the user message and a `running` run are committed before the agent is even started;
@@ -581,6 +670,37 @@ pub async fn run_turn(
     options: &TurnOptions,
     observer: &mut dyn FnMut(&NormalizedEvent),
     cancel: impl Future<Output = ()>,
+) -> Result<TurnReport, TurnSetupError> {
+    run_turn_inner(store, agent, request, options, observer, cancel, None).await
+}
+
+/// [`run_turn`] on the process `live` keeps between turns: the same recording, order and errors; the process
+/// is reused when `live` holds one for this thread and agent, and kept afterwards when it can take another turn
+/// (see [`LiveAgent`]). Cancelling a turn stops the process (the stop ladder); the next turn restarts it with
+/// `--resume`.
+///
+/// # Errors
+/// As [`run_turn`].
+pub async fn run_turn_live(
+    store: &mut Store,
+    agent: &AgentSpec,
+    request: TurnRequest,
+    options: &TurnOptions,
+    observer: &mut dyn FnMut(&NormalizedEvent),
+    cancel: impl Future<Output = ()>,
+    live: &mut LiveAgent,
+) -> Result<TurnReport, TurnSetupError> {
+    run_turn_inner(store, agent, request, options, observer, cancel, Some(live)).await
+}
+
+async fn run_turn_inner(
+    store: &mut Store,
+    agent: &AgentSpec,
+    request: TurnRequest,
+    options: &TurnOptions,
+    observer: &mut dyn FnMut(&NormalizedEvent),
+    cancel: impl Future<Output = ()>,
+    mut live: Option<&mut LiveAgent>,
 ) -> Result<TurnReport, TurnSetupError> {
     if request.prompt.trim().is_empty() && request.attachments.is_empty() {
         return Err(TurnSetupError::EmptyPrompt);
@@ -654,6 +774,24 @@ pub async fn run_turn(
     plan.args
         .extend(agent.extra_args().iter().map(|a| (*a).to_owned()));
 
+    // The process kept for this thread and agent, if any; a process for anything else is stopped.
+    let mut kept = None;
+    if let Some(live) = live.as_deref_mut() {
+        let same = match (&live.thread, &request.thread) {
+            (Some((thread, name)), Some(wanted)) => thread == wanted && *name == agent.name,
+            _ => false,
+        };
+        if same && live.is_alive() {
+            kept = live.runner.take();
+        } else {
+            live.stop().await;
+            if same {
+                live.restarts += 1;
+            }
+        }
+    }
+    let reused = kept.is_some();
+
     let started = Instant::now();
     let stored_prompt = stored_user_message(&request.prompt, &request.attachments);
     let guard = store.begin_run(NewRun {
@@ -661,13 +799,14 @@ pub async fn run_turn(
         agent: &agent.name,
         model,
         prompt: &stored_prompt,
-        resumed_session_id: resume.as_ref().map(SessionId::as_str),
+        resumed_session_id: resume.as_ref().filter(|_| !reused).map(SessionId::as_str),
         title: request.title.as_deref(),
         cwd: new_cwd,
     })?;
     let thread_id = guard.thread_id.clone();
     let run_id = guard.run_id.clone();
-    if let Some(hook) = &options.on_run_recorded {
+    // A kept process has its environment already: the hook (a run-scoped token) is for a launch.
+    if let Some(hook) = options.on_run_recorded.as_ref().filter(|_| !reused) {
         for (key, value) in (hook.0)(&thread_id, &run_id).await {
             plan.env.retain(|(k, _)| *k != key);
             plan.env.push((key, value));
@@ -725,14 +864,30 @@ pub async fn run_turn(
     };
 
     let blocks = turn_blocks(&request.prompt, &request.attachments);
+    let keep = live.is_some();
+    let mut spawned = false;
     let drive = async {
-        let mut runner =
-            match AgentRunner::start(agent, &plan, resume.clone(), model, cwd.as_deref(), options)
+        let mut runner = match kept {
+            Some(runner) => runner,
+            None => {
+                spawned = true;
+                match AgentRunner::start(
+                    agent,
+                    &plan,
+                    resume.clone(),
+                    model,
+                    cwd.as_deref(),
+                    options,
+                )
                 .await
-            {
-                Ok(runner) => runner,
-                Err((code, cause)) => return Ok(Driven::Early(code, cause, Leftovers::default())),
-            };
+                {
+                    Ok(runner) => runner,
+                    Err((code, cause)) => {
+                        return Ok(Driven::Early(code, cause, Leftovers::default()));
+                    }
+                }
+            }
+        };
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;
@@ -802,8 +957,12 @@ pub async fn run_turn(
                 break;
             }
         }
+        if keep && runner.reusable() {
+            let left = runner.leftovers();
+            return Ok(Driven::Done(outcome, left, Some(runner)));
+        }
         let left = runner.finish().await;
-        Ok(Driven::Done(outcome, left))
+        Ok(Driven::Done(outcome, left, None))
     };
     // Dropping `drive` drops the runner, whose child kills the agent's process group with SIGKILL.
     let driven = tokio::select! {
@@ -811,9 +970,21 @@ pub async fn run_turn(
         () = abort_requested(options.abort.clone()) => None,
         driven = drive => Some(driven),
     };
+    if let Some(live) = live.as_deref_mut()
+        && spawned
+    {
+        live.spawned += 1;
+    }
+    let mut keep_runner = None;
     let (outcome, left) = match driven {
-        Some(Ok(Driven::Done(outcome, left))) => (outcome, left),
+        Some(Ok(Driven::Done(outcome, left, runner))) => {
+            keep_runner = runner;
+            (outcome, left)
+        }
         Some(Ok(Driven::Early(code, detail, left))) => {
+            if let Some(live) = live {
+                live.thread = Some((thread_id.clone(), agent.name.clone()));
+            }
             return fail_early(recorder, &code, detail, left);
         }
         Some(Err(e)) => return Err(e.into()),
@@ -878,6 +1049,10 @@ pub async fn run_turn(
         ..
     } = recorder;
     store.finish_run(guard, &end)?;
+    if let Some(live) = live {
+        live.thread = Some((thread_id.clone(), agent.name.clone()));
+        live.runner = keep_runner;
+    }
     Ok(TurnReport {
         thread_id,
         run_id,
