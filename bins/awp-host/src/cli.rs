@@ -41,7 +41,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Send one turn to an agent and stream its answer; the turn is stored in a thread.
+    /// Send one turn to an agent and stream its answer (or, without a prompt on a terminal, open an
+    /// interactive session); turns are stored in a thread.
     #[command(after_help = CHAT_EXAMPLES)]
     Chat(ChatArgs),
     /// List and show stored threads.
@@ -122,6 +123,7 @@ Examples:
   awp-host chat --cwd ~/src/app \"run the tests\"       the thread (and its agent) works in ~/src/app
   awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
+  awp-host chat --agent claude                         on a terminal: an interactive session
   awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
 
 Output: assistant text on stdout as it streams (stream-json agents: token by token, launched with
@@ -131,7 +133,12 @@ the status line (status, tokens, duration, thread id) and errors go to stderr.
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
-process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
+process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).
+
+Without PROMPT on a terminal, chat opens an interactive session: one agent process serves every turn,
+each line is a turn stored in the thread, Ctrl-C cancels the running turn (the next line restarts the agent
+and resumes its session), Ctrl-D or /exit ends; /thread prints the ids, /new starts a new thread.
+Line history is kept in <data dir>/history.";
 
 /// `chat` arguments.
 #[derive(Debug, Args)]
@@ -177,7 +184,8 @@ pub struct ChatArgs {
     /// 0 = off, at most 86400 [default: the agent's `first_output_timeout_secs` in agents.toml, else 120]
     #[arg(long, value_name = "SECS", value_parser = parse_first_output_timeout)]
     pub first_output_timeout: Option<Duration>,
-    /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max)
+    /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max);
+    /// nothing on a terminal opens an interactive session
     #[arg(value_name = "PROMPT")]
     pub prompt: Vec<String>,
 }

@@ -252,3 +252,33 @@ async fn ctrl_c_cancels_the_running_turn_and_the_next_turn_resumes_in_a_new_proc
     );
     assert!(runs[1]["resumed_session_id"].is_null(), "{detail}");
 }
+
+/// The `agent pid N` values `/thread` printed, in order.
+fn agent_pids(pane: &str) -> Vec<String> {
+    pane.lines()
+        .filter_map(|l| l.split(" · agent pid ").nth(1))
+        .map(|p| p.trim().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_json_agent_takes_every_turn_on_one_process() {
+    let host = Host::new();
+    host.fixture_agent("cc", "stream-json", "stream-json");
+    let tmux = Tmux::start(&host, &["chat", "--agent", "cc"]).await;
+    tmux.wait_count("interactive session", 1).await;
+    tmux.line("first").await;
+    tmux.wait_count("echo: first", 1).await;
+    tmux.line("/thread").await;
+    tmux.wait_count(" · agent pid ", 1).await;
+    tmux.line("second").await;
+    tmux.wait_count("echo: second", 1).await;
+    tmux.line("/thread").await;
+    let pane = tmux.wait_count(" · agent pid ", 2).await;
+    let pids = agent_pids(&pane);
+    assert_eq!(pids.len(), 2, "{pane}");
+    assert!(pids[0].parse::<u32>().is_ok(), "{pane}");
+    assert_eq!(pids[0], pids[1], "one process served both turns: {pane}");
+    tmux.send(&["C-d"]).await;
+    tmux.wait_count("EXITED=0", 1).await;
+}
