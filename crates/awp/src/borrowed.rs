@@ -32,8 +32,12 @@ use crate::event::{
 use crate::{SessionId, Usage};
 
 /// Parses `line` on the fast path; `None` means "ask the `Value` path" (see the module docs).
+///
+/// The line's UTF-8 is checked once, with SIMD, and serde_json then reads it as a `&str` (it checks no string
+/// again); invalid UTF-8 anywhere gives up, and the `Value` path reports the line as not JSON.
 pub(crate) fn parse(line: &[u8]) -> Option<OutputEvent> {
-    let mut de = serde_json::Deserializer::from_slice(line);
+    let text = simdutf8::basic::from_utf8(line).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let parsed = Object::deserialize(&mut de).ok()?;
     de.end().ok()?;
     parsed.into_event()
@@ -173,7 +177,7 @@ object! {
         subtype: Str<'a> = "subtype",
         session_id: Str<'a> = "session_id",
         model: Str<'a> = "model",
-        message: Message<'a> = "message",
+        message: Box<Message<'a>> = "message",
         event: Box<Object<'a>> = "event",
         is_error: bool = "is_error",
         usage: UsageObject<'a> = "usage",
@@ -183,8 +187,8 @@ object! {
         request: SubtypeObject<'a> = "request",
         response: SubtypeObject<'a> = "response",
         index: u64 = "index",
-        delta: DeltaObject<'a> = "delta",
-        content_block: Block<'a> = "content_block",
+        delta: Box<DeltaObject<'a>> = "delta",
+        content_block: Box<Block<'a>> = "content_block",
         error: TypeObject<'a> = "error",
     }
 }
@@ -308,6 +312,10 @@ fn message_block(block: Option<Block<'_>>) -> MessageBlock {
     let Some(block) = block else {
         return MessageBlock::Other;
     };
+    message_block_of(block)
+}
+
+fn message_block_of(block: Block<'_>) -> MessageBlock {
     match get(block.kind).as_ref().map(|kind| &*kind.0) {
         Some("text") => MessageBlock::Text(string(block.text).unwrap_or_default()),
         Some("thinking") => MessageBlock::Thinking(string(block.thinking).unwrap_or_default()),
@@ -455,7 +463,8 @@ impl Object<'_> {
             "message_stop" => StreamEvent::MessageStop,
             "content_block_start" => StreamEvent::ContentBlockStart {
                 index,
-                block: message_block(get(self.content_block)),
+                block: get(self.content_block)
+                    .map_or(MessageBlock::Other, |block| message_block_of(*block)),
             },
             "content_block_delta" => {
                 let delta = match get(self.delta) {
