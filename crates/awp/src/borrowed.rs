@@ -38,9 +38,36 @@ use crate::{SessionId, Usage};
 pub(crate) fn parse(line: &[u8]) -> Option<OutputEvent> {
     let text = simdutf8::basic::from_utf8(line).ok()?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = Object::deserialize(&mut de).ok()?;
+    // Filled in place: the line struct is a few hundred bytes, and returning it by value through serde's layers
+    // copied it several times per line (7% of the normalize profile).
+    let mut object = Object::default();
+    de.deserialize_map(FillObject(&mut object)).ok()?;
     de.end().ok()?;
-    parsed.into_event()
+    object.take_event()
+}
+
+/// The `event` of a `stream_event` wrapper, filled in place on the heap (see [`parse`]).
+struct BoxedObject<'a>(Box<Object<'a>>);
+
+impl<'de> Deserialize<'de> for BoxedObject<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut object = Box::<Object<'de>>::default();
+        deserializer.deserialize_map(FillObject(&mut object))?;
+        Ok(BoxedObject(object))
+    }
+}
+
+/// Reads an object into a caller's [`Object`].
+struct FillObject<'s, 'de>(&'s mut Object<'de>);
+
+impl<'de> Visitor<'de> for FillObject<'_, 'de> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        self.0.fill(map)
+    }
 }
 
 /// A JSON string, borrowed from the line when it has no escapes.
@@ -142,6 +169,22 @@ macro_rules! object {
             line: PhantomData<&'a str>,
         }
 
+        impl<'de> $name<'de> {
+            /// Reads the object's entries into `self`.
+            fn fill<A: MapAccess<'de>>(&mut self, mut map: A) -> Result<(), A::Error> {
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match &*key.0 {
+                        $($key => set_once(&mut self.$field, map.next_value()?)?,)*
+                        _ => {
+                            map.next_value::<Checked>()?;
+                        }
+                    }
+                }
+                let _ = &self.line;
+                Ok(())
+            }
+        }
+
         impl<'de> Deserialize<'de> for $name<'de> {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
                 struct ObjectVisitor;
@@ -150,17 +193,9 @@ macro_rules! object {
                     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                         f.write_str(concat!("a JSON object (", stringify!($name), ")"))
                     }
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                         let mut out = $name::default();
-                        while let Some(key) = map.next_key::<Str<'de>>()? {
-                            match &*key.0 {
-                                $($key => set_once(&mut out.$field, map.next_value()?)?,)*
-                                _ => {
-                                    map.next_value::<Checked>()?;
-                                }
-                            }
-                        }
-                        let _ = &out.line;
+                        out.fill(map)?;
                         Ok(out)
                     }
                 }
@@ -178,7 +213,7 @@ object! {
         session_id: Str<'a> = "session_id",
         model: Str<'a> = "model",
         message: Box<Message<'a>> = "message",
-        event: Box<Object<'a>> = "event",
+        event: BoxedObject<'a> = "event",
         is_error: bool = "is_error",
         usage: UsageObject<'a> = "usage",
         result: Str<'a> = "result",
@@ -360,22 +395,22 @@ fn get_kind<'b>(part: &'b Block<'_>) -> Option<&'b str> {
 
 impl Object<'_> {
     /// The event this object is, by the rules of [`OutputEvent::from_value`]; `None` to fall back.
-    fn into_event(mut self) -> Option<OutputEvent> {
+    fn take_event(&mut self) -> Option<OutputEvent> {
         let kind = get(self.kind.take())?;
         Some(match &*kind.0 {
             "system" => {
-                let subtype = string(self.subtype);
+                let subtype = string(self.subtype.take());
                 if subtype.as_deref() == Some("init") {
                     OutputEvent::SystemInit {
-                        session_id: session_id(self.session_id),
-                        model: string(self.model),
+                        session_id: session_id(self.session_id.take()),
+                        model: string(self.model.take()),
                     }
                 } else {
                     OutputEvent::System { subtype }
                 }
             }
             "assistant" => {
-                let message = get(self.message)?;
+                let message = get(self.message.take())?;
                 let content = match get(message.content)? {
                     Content::Blocks(blocks) => blocks.into_iter().map(message_block).collect(),
                     Content::Text(text) => vec![MessageBlock::Text(text.into_string())],
@@ -386,7 +421,7 @@ impl Object<'_> {
                 }
             }
             "user" => {
-                let message = get(self.message)?;
+                let message = get(self.message.take())?;
                 let tool_results = match get(message.content) {
                     Some(Content::Blocks(blocks)) => {
                         blocks.into_iter().filter_map(tool_result_block).collect()
@@ -396,10 +431,10 @@ impl Object<'_> {
                 OutputEvent::User { tool_results }
             }
             "stream_event" => {
-                let mut inner = get(self.event)?;
-                let inner_kind = get(inner.kind.take())?;
+                let mut inner = get(self.event.take())?;
+                let inner_kind = get(inner.0.kind.take())?;
                 OutputEvent::Stream {
-                    event: inner.into_stream_event(&inner_kind.0),
+                    event: inner.0.take_stream_event(&inner_kind.0),
                     wrapped: true,
                 }
             }
@@ -411,20 +446,20 @@ impl Object<'_> {
             | "content_block_stop"
             | "ping"
             | "error") => OutputEvent::Stream {
-                event: self.into_stream_event(kind),
+                event: self.take_stream_event(kind),
                 wrapped: false,
             },
             "result" => OutputEvent::Result(ResultEvent {
-                subtype: string(self.subtype),
-                is_error: get(self.is_error),
-                session_id: session_id(self.session_id),
-                usage: usage(self.usage),
-                result: string(self.result),
-                duration_ms: get(self.duration_ms),
-                total_cost_usd: get(self.total_cost_usd),
+                subtype: string(self.subtype.take()),
+                is_error: get(self.is_error.take()),
+                session_id: session_id(self.session_id.take()),
+                usage: usage(self.usage.take()),
+                result: string(self.result.take()),
+                duration_ms: get(self.duration_ms.take()),
+                total_cost_usd: get(self.total_cost_usd.take()),
             }),
             kind @ ("control_request" | "control_response" | "control_cancel_request") => {
-                let subtype = [self.request, self.response]
+                let subtype = [self.request.take(), self.response.take()]
                     .into_iter()
                     .filter_map(get)
                     .find_map(|inner| string(inner.subtype));
@@ -442,11 +477,11 @@ impl Object<'_> {
         })
     }
 
-    fn into_stream_event(self, kind: &str) -> StreamEvent {
-        let index = get(self.index).unwrap_or(0);
+    fn take_stream_event(&mut self, kind: &str) -> StreamEvent {
+        let index = get(self.index.take()).unwrap_or(0);
         match kind {
             "message_start" => {
-                let message = get(self.message);
+                let message = get(self.message.take());
                 let (message_id, usage_field) = match message {
                     Some(message) => (string(message.id), message.usage),
                     None => (None, None),
@@ -457,17 +492,17 @@ impl Object<'_> {
                 }
             }
             "message_delta" => StreamEvent::MessageDelta {
-                stop_reason: get(self.delta).and_then(|delta| string(delta.stop_reason)),
-                usage: usage(self.usage),
+                stop_reason: get(self.delta.take()).and_then(|delta| string(delta.stop_reason)),
+                usage: usage(self.usage.take()),
             },
             "message_stop" => StreamEvent::MessageStop,
             "content_block_start" => StreamEvent::ContentBlockStart {
                 index,
-                block: get(self.content_block)
+                block: get(self.content_block.take())
                     .map_or(MessageBlock::Other, |block| message_block_of(*block)),
             },
             "content_block_delta" => {
-                let delta = match get(self.delta) {
+                let delta = match get(self.delta.take()) {
                     Some(delta) => match get(delta.kind).as_ref().map(|kind| &*kind.0) {
                         Some("text_delta") => Delta::Text(string(delta.text).unwrap_or_default()),
                         Some("thinking_delta") => {
@@ -486,7 +521,7 @@ impl Object<'_> {
             "content_block_stop" => StreamEvent::ContentBlockStop { index },
             "ping" => StreamEvent::Ping,
             "error" => StreamEvent::Error {
-                error_type: get(self.error).and_then(|error| string(error.kind)),
+                error_type: get(self.error.take()).and_then(|error| string(error.kind)),
             },
             other => StreamEvent::Unknown {
                 event_type: other.to_owned(),
