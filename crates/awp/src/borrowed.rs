@@ -217,6 +217,7 @@ object! {
         is_error: bool = "is_error",
         usage: UsageObject<'a> = "usage",
         result: Str<'a> = "result",
+        errors: Checked = "errors",
         duration_ms: u64 = "duration_ms",
         total_cost_usd: f64 = "total_cost_usd",
         request: SubtypeObject<'a> = "request",
@@ -449,15 +450,23 @@ impl Object<'_> {
                 event: self.take_stream_event(kind),
                 wrapped: false,
             },
-            "result" => OutputEvent::Result(ResultEvent {
-                subtype: string(self.subtype.take()),
-                is_error: get(self.is_error.take()),
-                session_id: session_id(self.session_id.take()),
-                usage: usage(self.usage.take()),
-                result: string(self.result.take()),
-                duration_ms: get(self.duration_ms.take()),
-                total_cost_usd: get(self.total_cost_usd.take()),
-            }),
+            "result" => {
+                let result = string(self.result.take());
+                // Without `result`, the reason is in `errors` (Claude Code's error results): the `Value` path
+                // joins its strings, so leave such lines to it.
+                if result.is_none() && self.errors.is_some() {
+                    return None;
+                }
+                OutputEvent::Result(ResultEvent {
+                    subtype: string(self.subtype.take()),
+                    is_error: get(self.is_error.take()),
+                    session_id: session_id(self.session_id.take()),
+                    usage: usage(self.usage.take()),
+                    result,
+                    duration_ms: get(self.duration_ms.take()),
+                    total_cost_usd: get(self.total_cost_usd.take()),
+                })
+            }
             kind @ ("control_request" | "control_response" | "control_cancel_request") => {
                 let subtype = [self.request.take(), self.response.take()]
                     .into_iter()
