@@ -143,3 +143,93 @@ async fn an_agents_max_line_bytes_accepts_a_line_at_the_limit_and_fails_one_byte
         "{detail}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_agent_serves_several_turns_on_one_process_and_restarts_after_a_cancel() {
+    use agentwire_host::turn::{LiveAgent, run_turn_live};
+    let tmp = tempfile::tempdir().unwrap();
+    let fx = agent(tmp.path(), "fx", "awp-jsonl", "normal");
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    let mut live = LiveAgent::new();
+    let options = TurnOptions::default();
+    let mut thread = None;
+    let mut texts = Vec::new();
+    for prompt in ["pid", "pid"] {
+        let report = run_turn_live(
+            &mut store,
+            &fx,
+            request(thread.clone(), prompt),
+            &options,
+            &mut |_| {},
+            std::future::pending(),
+            &mut live,
+        )
+        .await
+        .expect("turn recorded");
+        assert_eq!(report.status, RunStatus::Succeeded, "{report:?}");
+        thread = Some(report.thread_id.clone());
+        texts.push(report.assistant_text);
+    }
+    let pid = live.pid().expect("a kept process");
+    assert_eq!(
+        texts,
+        [
+            format!("echo: pid={pid} turn=1"),
+            format!("echo: pid={pid} turn=2")
+        ]
+    );
+    assert_eq!((live.spawned(), live.restarts()), (1, 0));
+
+    // A cancelled turn stops the process; the next turn starts one that resumes the session.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut started_tx = Some(started_tx);
+    let cancel = async move {
+        // Cancel once the agent has begun to answer.
+        if started_rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let report = run_turn_live(
+        &mut store,
+        &fx,
+        request(thread.clone(), "hang"),
+        &options,
+        &mut |e| {
+            if matches!(e, NormalizedEvent::TextDelta { .. })
+                && let Some(tx) = started_tx.take()
+            {
+                let _ = tx.send(());
+            }
+        },
+        cancel,
+        &mut live,
+    )
+    .await
+    .expect("turn recorded");
+    assert_eq!(report.status, RunStatus::Cancelled);
+    assert!(!live.is_alive());
+    let report = run_turn_live(
+        &mut store,
+        &fx,
+        request(thread.clone(), "pid"),
+        &options,
+        &mut |_| {},
+        std::future::pending(),
+        &mut live,
+    )
+    .await
+    .expect("turn recorded");
+    assert_eq!(report.status, RunStatus::Succeeded);
+    assert!(report.assistant_text.ends_with("turn=1"), "{report:?}");
+    assert_ne!(live.pid(), Some(pid));
+    assert_eq!((live.spawned(), live.restarts()), (2, 1));
+    let detail = store.thread_detail(thread.as_ref().unwrap()).unwrap();
+    let resumed: Vec<_> = detail
+        .runs
+        .iter()
+        .map(|r| r.resumed_session_id.is_some())
+        .collect();
+    assert_eq!(resumed, [false, false, false, true]);
+    live.stop().await;
+    assert!(live.pid().is_none());
+}
