@@ -590,7 +590,8 @@ fn status_of(code: &str) -> RunStatus {
 /// is an `awp-jsonl`/`stream-json` agent that is alive and between turns; after a cancelled turn (the stop
 /// ladder ended it), a timeout, a line-limit violation, an exit, or for ACP agents, the next turn starts a new
 /// process that resumes the thread's session (`--resume`, ACP `session/load`): [`restarts`](Self::restarts)
-/// counts those. A new thread (or another agent) also starts a new process.
+/// counts those. A new thread (or another agent) also starts a new process, and so does a thread on which
+/// another host recorded runs since the last turn here (the kept process has not seen them).
 /// [`TurnOptions::on_run_recorded`] is called only for turns that start a process (its variables go into the
 /// launch).
 #[derive(Debug, Default)]
@@ -602,6 +603,8 @@ pub struct LiveAgent {
     restarts: u64,
     /// Processes started in all.
     spawned: u64,
+    /// The thread's run count after the last turn here.
+    runs_seen: u64,
 }
 
 impl LiveAgent {
@@ -712,6 +715,7 @@ async fn run_turn_inner(
         ),
         None => None,
     };
+    let mut run_count = 0;
     let (thread_choice, resume, cwd) = match &request.thread {
         None => (
             ThreadChoice::New {
@@ -724,6 +728,7 @@ async fn run_turn_inner(
             let thread = store
                 .thread(id)?
                 .ok_or_else(|| StoreError::ThreadNotFound(id.clone()))?;
+            run_count = thread.run_count;
             if thread.agent != agent.name {
                 return Err(TurnSetupError::ThreadAgentMismatch {
                     thread: id.clone(),
@@ -781,7 +786,9 @@ async fn run_turn_inner(
             (Some((thread, name)), Some(wanted)) => thread == wanted && *name == agent.name,
             _ => false,
         };
-        if same && live.is_alive() {
+        // Runs recorded on the thread by someone else since our last turn: the kept process has not seen
+        // them, so a new one resumes the session instead.
+        if same && live.is_alive() && live.runs_seen == run_count {
             kept = live.runner.take();
         } else {
             live.stop().await;
@@ -1052,6 +1059,12 @@ async fn run_turn_inner(
     if let Some(live) = live {
         live.thread = Some((thread_id.clone(), agent.name.clone()));
         live.runner = keep_runner;
+        // A failed read only costs a restart at the next turn.
+        live.runs_seen = store
+            .thread(&thread_id)
+            .ok()
+            .flatten()
+            .map_or(u64::MAX, |t| t.run_count);
     }
     Ok(TurnReport {
         thread_id,

@@ -230,6 +230,23 @@ async fn a_live_agent_serves_several_turns_on_one_process_and_restarts_after_a_c
         .map(|r| r.resumed_session_id.is_some())
         .collect();
     assert_eq!(resumed, [false, false, false, true]);
+
+    // A turn another host ran on the thread meanwhile: the kept process has not seen it, so a new one resumes.
+    let (other, _) = turn(&mut store, &fx, request(thread.clone(), "elsewhere")).await;
+    assert_eq!(other.status, RunStatus::Succeeded);
+    let report = run_turn_live(
+        &mut store,
+        &fx,
+        request(thread.clone(), "pid"),
+        &options,
+        &mut |_| {},
+        std::future::pending(),
+        &mut live,
+    )
+    .await
+    .expect("turn recorded");
+    assert!(report.assistant_text.ends_with("turn=1"), "{report:?}");
+    assert_eq!((live.spawned(), live.restarts()), (3, 2));
     live.stop().await;
     assert!(live.pid().is_none());
 }
