@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use agentwire_host::store::escape_controls;
 use agentwire_host::{
     AgentSpec, Attachment, LiveAgent, RunId, Store, ThreadId, TurnOptions, TurnRequest,
-    TurnSetupError, run_turn_live,
+    run_turn_live,
 };
 use rustyline::error::ReadlineError;
 
@@ -294,7 +294,7 @@ pub async fn run(store: &mut Store, session: Session<'_>) -> Result<Exit, Failur
         let report = match result {
             Ok(report) => report,
             Err(e) => {
-                eprintln!("awp-host: error: {e} ({})", setup_code(&e));
+                eprintln!("awp-host: error: {e} ({})", e.code());
                 continue;
             }
         };
@@ -318,10 +318,6 @@ pub async fn run(store: &mut Store, session: Session<'_>) -> Result<Exit, Failur
     live.stop().await;
     save_history(&mut editor, &history);
     Ok(Exit::Ok)
-}
-
-fn setup_code(e: &TurnSetupError) -> &'static str {
-    e.code()
 }
 
 fn save_history(editor: &mut rustyline::DefaultEditor, path: &std::path::Path) {
