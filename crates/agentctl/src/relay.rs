@@ -1,7 +1,8 @@
 //! The relay shell: drives the sans-IO [`Router`] with the agent's lines, HTTP calls and sends, subscriber changes
 //! and time, and executes its [`Action`]s (subscriber queues, call waiters, the agent's stdin writer, `fs/*`).
 //!
-//! Nothing here waits while holding the lock: broadcasting is `try_send`, writes go to the run's writer queue,
+//! Nothing here waits while holding the lock: broadcasting is `try_send`, a write to the agent's stdin goes out at
+//! once as far as the pipe takes it without blocking when nothing is queued ahead, else to the run's writer queue,
 //! `fs/*` runs on a blocking thread. So the agent's reader is never blocked by a subscriber or an HTTP client.
 
 use std::collections::HashMap;
