@@ -36,15 +36,16 @@ fn main() -> ExitCode {
     if args.iter().any(|a| a == "--raw-peer") {
         return raw_peer();
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build();
-    let Ok(runtime) = runtime else {
-        eprintln!("cannot start tokio");
-        return ExitCode::FAILURE;
+    let flavour = if args.iter().any(|a| a == CURRENT_THREAD_FLAG) {
+        Flavour::CurrentThread
+    } else {
+        Flavour::MultiThread
     };
     if args.iter().any(|a| a == jsonrpc_peer::PEER_FLAG) {
+        let Ok(runtime) = flavour.runtime() else {
+            eprintln!("cannot start tokio");
+            return ExitCode::FAILURE;
+        };
         runtime.block_on(jsonrpc_peer::run_stdio_peer());
         return ExitCode::SUCCESS;
     }
@@ -62,13 +63,22 @@ fn main() -> ExitCode {
             notifications: 100_000,
         }
     };
-    // The measuring code runs as a task on the runtime's workers, as callers do in an application (not on the
-    // `block_on` thread, which every wake-up would have to reach across threads).
-    let measured = runtime.block_on(async move {
-        tokio::spawn(async move { measure(&sizes).await })
-            .await
-            .map_err(|e| e.to_string())?
-    });
+    let mut measured = Ok(header(&sizes));
+    for flavour in [Flavour::MultiThread, Flavour::CurrentThread] {
+        let Ok(runtime) = flavour.runtime() else {
+            eprintln!("cannot start tokio");
+            return ExitCode::FAILURE;
+        };
+        // The measuring code runs as a task on the runtime, as callers do in an application (not on the `block_on`
+        // thread, which every wake-up from a worker would have to reach across threads).
+        let section = runtime.block_on(async move {
+            tokio::spawn(measure(sizes, flavour))
+                .await
+                .map_err(|e| e.to_string())?
+        });
+        measured = measured.and_then(|report| section.map(|section| report + &section));
+    }
+    let measured = measured.map(|report| report + GOAL_NOTE);
     match measured {
         Ok(report) => {
             print!("{report}");
@@ -89,6 +99,55 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Makes a `--peer` child use a current-thread runtime (the default is multi-thread, 2 workers).
+const CURRENT_THREAD_FLAG: &str = "--current-thread";
+
+/// The tokio runtime both ends of the agentwire measurements run on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    MultiThread,
+    CurrentThread,
+}
+
+impl Flavour {
+    fn runtime(self) -> std::io::Result<tokio::runtime::Runtime> {
+        match self {
+            Flavour::MultiThread => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build(),
+            Flavour::CurrentThread => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Flavour::MultiThread => "tokio multi-thread runtime, 2 workers, in both processes",
+            Flavour::CurrentThread => "tokio current-thread runtime in both processes",
+        }
+    }
+}
+
+fn header(sizes: &Sizes) -> String {
+    format!(
+        "## rpc_latency\n\n\
+         JSON-RPC call round trip (one call in flight, {} calls after {} warm-up, small params) and one-way \
+         notifications per second ({} notifications), once per tokio runtime flavour. `agentwire` is \
+         agentwire-jsonrpc's `Connection` on both ends; between processes the peer is this bench binary spawned \
+         through agentwire-process, serving over `Connection::stdio()`, and the parent connects with \
+         `Connection::from_frames` over agentwire-process's stdout frames and stdin. Every baseline exchanges the \
+         same JSON by hand: each side parses every line into a serde_json `Value`, the caller checks the answer's id \
+         (no validation beyond that). `blocking` is the issue's yardstick: no runtime at all, a plain thread writing \
+         lines to the child's stdin and reading answer lines from its stdout, the child reading stdin and writing \
+         stdout with blocking std IO. `tokio parent` is the same blocking child driven from a tokio task through \
+         agentwire-process. Ratio = baseline / agentwire for latency and agentwire / baseline for throughput: above \
+         1 means agentwire is faster.\n",
+        sizes.calls, sizes.warmup, sizes.notifications
+    )
 }
 
 fn params() -> Value {
@@ -132,7 +191,8 @@ where
     Ok(latency(samples))
 }
 
-async fn measure(sizes: &Sizes) -> Result<String, String> {
+async fn measure(sizes: Sizes, flavour: Flavour) -> Result<String, String> {
+    let sizes = &sizes;
     // ---- memory ----
     let ((client, _client_in), (server, server_in)) = Connection::memory(Config::default());
     let counted = Arc::new(AtomicU64::new(0));
@@ -158,7 +218,13 @@ async fn measure(sizes: &Sizes) -> Result<String, String> {
     let memory_baseline_rate = raw_memory_notification_rate(sizes.notifications).await?;
 
     // ---- two processes, OS pipes ----
-    let (child, connection, _incoming) = jsonrpc_peer::spawn_self_peer()?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut peer = Command::new(exe);
+    peer.arg(jsonrpc_peer::PEER_FLAG);
+    if flavour == Flavour::CurrentThread {
+        peer.arg(CURRENT_THREAD_FLAG);
+    }
+    let (child, connection, _incoming) = jsonrpc_peer::connect(&mut peer)?;
     let pipes_agentwire = sample(sizes, || async {
         connection
             .call("echo", Some(params()))
@@ -206,21 +272,7 @@ async fn measure(sizes: &Sizes) -> Result<String, String> {
     .await
     .map_err(|e| e.to_string())??;
 
-    let mut out = String::new();
-    out.push_str("## rpc_latency\n\n");
-    out.push_str(&format!(
-        "JSON-RPC call round trip (one call in flight, {} calls after {} warm-up, small params) and one-way \
-         notifications per second ({} notifications). `agentwire` is agentwire-jsonrpc's `Connection` on both ends \
-         (tokio, 2 worker threads each side); between processes the peer is this bench binary spawned through \
-         agentwire-process, serving over `Connection::stdio()`, and the parent connects with `Connection::from_frames` \
-         over agentwire-process's stdout frames and stdin. Every baseline exchanges the same JSON by hand: each side \
-         parses every line into a serde_json `Value`, the caller checks the answer's id (no validation beyond that). \
-         `blocking` is the issue's yardstick: no runtime at all, a plain thread writing lines to the child's stdin and \
-         reading answer lines from its stdout, the child reading stdin and writing stdout with blocking std IO. \
-         `tokio parent` is the same blocking child driven from a tokio task through agentwire-process. \
-         Ratio = baseline / agentwire for latency and agentwire / baseline for throughput: above 1 means agentwire is faster.\n\n",
-        sizes.calls, sizes.warmup, sizes.notifications
-    ));
+    let mut out = format!("\n### {}\n\n", flavour.name());
     out.push_str("| transport | agentwire p50 | agentwire p99 | baseline p50 | baseline p99 | ratio p50 | ratio p99 |\n");
     out.push_str("|---|---|---|---|---|---|---|\n");
     for (name, ours, theirs) in [
@@ -267,11 +319,11 @@ async fn measure(sizes: &Sizes) -> Result<String, String> {
     }
     let slower = pipes_agentwire.p50.as_secs_f64() / blocking.p50.as_secs_f64();
     out.push_str(&format!(
-        "\nGoal (issue 10): between processes, agentwire p50 within 1.5× of the blocking baseline p50. This run: \
-         {slower:.2}× ({}).\n",
+        "\nGoal (issue 10): between processes, agentwire p50 within 1.5× of the blocking baseline p50. This run, \
+         {}: {slower:.2}× ({}).\n",
+        flavour.name(),
         if slower <= 1.5 { "met" } else { "missed" }
     ));
-    out.push_str(GOAL_NOTE);
     Ok(out)
 }
 
