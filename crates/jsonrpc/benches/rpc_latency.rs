@@ -328,11 +328,15 @@ async fn measure(sizes: Sizes, flavour: Flavour) -> Result<String, String> {
 }
 
 /// Why the goal row costs what it costs (see the numbers above).
-const GOAL_NOTE: &str = "\nWhere agentwire's round trip goes: the caller writes its request line to the pipe itself \
-(no writer task when nothing is queued), and so does the peer's responder; what remains over the blocking baseline \
-is two task wake-ups per round trip that a blocking thread does not pay: in the parent, agentwire-process's stdout \
-task hands each frame to the connection's reader task, which completes the caller's call through a oneshot; in \
-the peer, the reader task hands each request to the serving task through the incoming queue.\n";
+const GOAL_NOTE: &str = "\nWhere agentwire's round trip goes between processes: the caller writes its request line to \
+the pipe itself, and so does the peer's responder with its answer (a sender with nothing queued ahead of it skips the \
+writer task). What remains over the blocking baseline are task wake-ups that a blocking thread does not pay: in the \
+parent, agentwire-process's stdout task hands each frame to the connection's reader task, which completes the \
+caller's call through a oneshot (two wake-ups); in the peer, the reader task hands each request to the serving task \
+through the incoming queue (one). On the current-thread runtime these wake-ups stay on one thread and cost little; \
+on the multi-thread runtime a woken task may run on the other worker (a futex wake and a thread switch), which is \
+most of the remaining gap there. Removing them would mean a caller driving the stdout pipe itself instead of \
+agentwire-process's task, or a peer answering from the reader task: API changes, not made.\n";
 
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)

@@ -221,9 +221,10 @@ impl Shared {
 /// Cheap to clone; all clones share the connection. Incoming requests and notifications arrive on the [`Incoming`]
 /// returned next to it. Two tasks run on the tokio runtime: a reader (frames lines, parses each once, routes
 /// responses to their calls, queues requests and notifications for [`Incoming`], answers invalid input) and a writer.
-/// Lines go out one per message, in the order sent: a sender with nothing queued ahead of it writes its line to the
-/// stream itself, without waiting (what the stream does not take at once is finished by the writer task); otherwise
-/// the line is queued for the writer task, which writes everything queued before one flush.
+/// Lines go out one per message, in the order sent: a request or response with nothing queued ahead of it is written
+/// to the stream by its sender, without waiting (what the stream does not take at once is finished by the writer
+/// task), which saves a task switch per message; otherwise, and for every notification (bursts of them are
+/// coalesced), the line is queued for the writer task, which writes everything queued before one flush.
 ///
 /// Outgoing and incoming ids are separate spaces: our requests are numbered 0, 1, 2, … and a response is matched
 /// only against our pending calls, never against the peer's requests.
@@ -505,7 +506,7 @@ impl Connection {
             method,
             params: params.as_ref(),
         })?;
-        self.send_line(line).await
+        self.out.queue(line).await
     }
 
     /// Sends any message as is (a relay forwarding a peer's request or response, or a test sending raw input).
@@ -515,11 +516,11 @@ impl Connection {
     ///
     /// As [`notify`](Self::notify).
     pub async fn send_message(&self, message: &Message) -> Result<(), SendError> {
-        self.send_line(message.to_line()?).await
-    }
-
-    async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
-        self.out.send(line).await
+        let line = message.to_line()?;
+        match message {
+            Message::Notification(_) => self.out.queue(line).await,
+            _ => self.out.send(line).await,
+        }
     }
 
     /// Cancels our pending call `id`: the call resolves at once with [`CallError::Cancelled`] and
@@ -809,7 +810,7 @@ impl Reader {
                 let Some(out) = self.out.upgrade() else {
                     return;
                 };
-                if send_line(&out, &self.direct, &self.shared.closing, line)
+                if send_line(&out, &self.direct, &self.shared.closing, line, true)
                     .await
                     .is_err()
                 {
@@ -1101,17 +1102,22 @@ impl Direct {
     /// without blocking is left to the writer task), else queues it when there is room. Never waits.
     /// Returns the line when the queue is full; it is then counted in `ahead` and the caller must queue it or
     /// uncount it ([`Waiting`]).
+    ///
+    /// With `write_now` false the line is always queued: a notification, which nobody waits for and which often
+    /// comes in bursts that the writer task coalesces into one write.
     fn try_send(
         &self,
         tx: &mpsc::Sender<Outgoing>,
         closing: &CancellationToken,
         line: Vec<u8>,
+        write_now: bool,
     ) -> Result<Option<Vec<u8>>, SendError> {
         if closing.is_cancelled() {
             return Err(SendError::ConnectionClosed);
         }
         let mut slot = self.lock();
-        if slot.ahead == 0
+        if write_now
+            && slot.ahead == 0
             && let Some(sink) = slot.sink.as_mut()
         {
             if let Some(rest) = sink.write_now(line) {
@@ -1159,8 +1165,9 @@ async fn send_line(
     direct: &Direct,
     closing: &CancellationToken,
     line: Vec<u8>,
+    write_now: bool,
 ) -> Result<(), SendError> {
-    let Some(line) = direct.try_send(tx, closing, line)? else {
+    let Some(line) = direct.try_send(tx, closing, line, write_now)? else {
         return Ok(());
     };
     let mut waiting = Waiting {
@@ -1199,7 +1206,13 @@ impl Out {
     /// fails at once when the output is closing, also while waiting. Cancel-safe: dropped while waiting, nothing is
     /// queued.
     pub(crate) async fn send(&self, line: Vec<u8>) -> Result<(), SendError> {
-        send_line(&self.tx, &self.direct, &self.closing, line).await
+        send_line(&self.tx, &self.direct, &self.closing, line, true).await
+    }
+
+    /// As [`send`](Self::send), but always through the writer task's queue (for notifications: see
+    /// [`Direct::try_send`]).
+    pub(crate) async fn queue(&self, line: Vec<u8>) -> Result<(), SendError> {
+        send_line(&self.tx, &self.direct, &self.closing, line, false).await
     }
 
     /// Sends one line without waiting: at once when possible, else from a background task that holds no guard (so
@@ -1213,7 +1226,7 @@ impl Out {
         line: Vec<u8>,
         what: &'static str,
     ) -> Result<(), SendError> {
-        let Some(line) = self.direct.try_send(&self.tx, &self.closing, line)? else {
+        let Some(line) = self.direct.try_send(&self.tx, &self.closing, line, true)? else {
             return Ok(());
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
