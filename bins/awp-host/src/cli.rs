@@ -44,7 +44,7 @@ pub enum Command {
     /// Send one turn to an agent and stream its answer; the turn is stored in a thread.
     #[command(after_help = CHAT_EXAMPLES)]
     Chat(ChatArgs),
-    /// List and show stored threads.
+    /// List, show, rename, delete and export stored threads.
     #[command(subcommand)]
     Threads(ThreadsCommand),
     /// List configured agents.
@@ -137,10 +137,14 @@ pub struct ChatArgs {
     /// Agent name (see `awp-host agents list`) [default: the thread's agent, else the configured default]
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
-    /// Continue this thread (resumes the agent's native session with --resume)
+    /// Continue this thread (resumes the agent's native session with --resume); a unique prefix of its id is
+    /// enough (`th_3f9a`, `3f9a`)
     #[arg(long, value_name = "ID", conflicts_with = "new")]
     pub thread: Option<String>,
-    /// Start a new thread (the default without --thread)
+    /// Continue the most recently updated thread (`awp-host threads list` shows it first)
+    #[arg(short = 'c', long = "continue", conflicts_with_all = ["thread", "new", "cwd"])]
+    pub continue_latest: bool,
+    /// Start a new thread (the default without --thread or --continue)
     #[arg(long)]
     pub new: bool,
     /// Working directory of a new thread's agent, recorded on the thread: every later turn of the thread runs
@@ -194,14 +198,57 @@ pub enum ThreadsCommand {
     },
     /// Show a thread's messages, runs and session ids.
     Show {
-        /// Thread id (`th_…`)
+        /// Thread id (`th_…`) or a unique prefix of it
         #[arg(value_name = "ID")]
         id: String,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
+    /// Delete a thread with its runs, messages and session ids (refused while a turn runs on it: thread_busy).
+    Delete {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Print `{"deleted":{"id","runs","messages"}}` instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a thread's title (at most 80 characters, no control characters).
+    Rename {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The new title (words are joined with spaces)
+        #[arg(value_name = "TITLE", required = true)]
+        title: Vec<String>,
+        /// Print the renamed thread as JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a thread as a Markdown transcript or as JSON Lines (one record per run and message).
+    #[command(after_help = EXPORT_HELP)]
+    Export {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// md: a readable transcript; jsonl: records (see below)
+        #[arg(long, default_value = "md", value_parser = ["md", "jsonl"])]
+        format: String,
+        /// Failures as one `{"type":"error",…}` JSON object (the export itself is --format)
+        #[arg(long)]
+        json: bool,
+    },
 }
+
+const EXPORT_HELP: &str = "\
+Examples:
+  awp-host threads export 3f9a > chat.md
+  awp-host threads export th_3f9a0c1d2b4e5f60 --format jsonl | jq -c 'select(.type==\"message\")'
+
+--format jsonl prints one object per line: first {\"type\":\"thread\",…} (the fields of `threads show --json`'s
+thread), then for each run, oldest first, {\"type\":\"run\",…} (the fields of its runs[]) followed by that run's
+messages {\"type\":\"message\",\"id\",\"run_id\",\"role\",\"content\",\"created_at\"}.";
 
 /// `agents` subcommands.
 #[derive(Debug, Subcommand)]

@@ -2,14 +2,15 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentwire_host::agents::{AgentEntry, AgentRegistry};
 use agentwire_host::attachments::{AttachmentLimits, read_attachments};
 use agentwire_host::control::ChatAgentToken;
-use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord, escape_controls};
+use agentwire_host::export::{format_ms, message_json, run_json, thread_json};
+use agentwire_host::store::{ThreadDetail, escape_controls};
 use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
-use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
+use agentwire_host::{AgentError, RunStatus, Store, StoreError, paths};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -58,7 +59,12 @@ fn open_store(flag: Option<&Path>) -> Result<Store, Failure> {
 
 fn store_failure(e: &StoreError) -> Failure {
     let exit = match e {
-        StoreError::ThreadNotFound(_) => Exit::Usage,
+        StoreError::ThreadNotFound(_)
+        | StoreError::ThreadPrefixNotFound(_)
+        | StoreError::ThreadAmbiguous { .. }
+        | StoreError::NoThreads
+        | StoreError::InvalidTitle(_)
+        | StoreError::Id(agentwire_host::IdError::Malformed { .. }) => Exit::Usage,
         StoreError::ThreadBusy { .. } => Exit::AgentUnavailable,
         _ => Exit::Protocol,
     };
@@ -234,16 +240,18 @@ async fn chat(
     } else {
         Format::Human
     };
-    let thread = match &args.thread {
-        Some(id) => {
-            Some(ThreadId::parse(id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?)
-        }
-        None => None,
-    };
     let prompt = read_prompt(&args.prompt)?;
     let attachments = read_attachments(&args.attach, &AttachmentLimits::default())
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let mut store = open_store(data_dir)?;
+    let thread = if args.continue_latest {
+        Some(store.latest_thread().map_err(|e| store_failure(&e))?.id)
+    } else {
+        match &args.thread {
+            Some(id) => Some(store.resolve_thread(id).map_err(|e| store_failure(&e))?),
+            None => None,
+        }
+    };
     let registry = load_agents(config_dir)?;
     let thread_agent = match &thread {
         Some(id) => Some(
@@ -351,11 +359,6 @@ async fn chat(
     }
 }
 
-fn format_ms(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
 pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
@@ -363,49 +366,10 @@ pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
         .map_err(|e| Failure::from_error(Exit::Protocol, "output_write_failed", &e))
 }
 
-fn thread_json(t: &ThreadRecord) -> Value {
-    json!({
-        "id": t.id.as_str(),
-        "agent": t.agent,
-        "title": t.title,
-        "session_id": t.session_id,
-        "created_at": format_ms(t.created_at_ms),
-        "updated_at": format_ms(t.updated_at_ms),
-        "run_count": t.run_count,
-        "cwd": t.cwd,
-    })
-}
-
-fn run_json(r: &RunRecord) -> Value {
-    json!({
-        "id": r.id.as_str(),
-        "agent": r.agent,
-        "model": r.model,
-        "status": r.status.as_str(),
-        "started_at": format_ms(r.started_at_ms),
-        "ended_at": r.ended_at_ms.map(format_ms),
-        "resumed_session_id": r.resumed_session_id,
-        "session_id": r.session_id,
-        "usage": r.usage.as_ref().map(|u| json!({
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cache_read_input_tokens": u.cache_read_input_tokens,
-            "cache_creation_input_tokens": u.cache_creation_input_tokens,
-        })),
-        "error": r.error_code.as_ref().map(|c| json!({"code": c, "reason": r.error_reason})),
-        "total_cost_usd": r.total_cost_usd,
-    })
-}
-
 fn detail_json(d: &ThreadDetail) -> Value {
     json!({
         "thread": thread_json(&d.thread),
-        "messages": d.messages.iter().map(|m| json!({
-            "run_id": m.run_id.as_str(),
-            "role": m.role.as_str(),
-            "content": m.content,
-            "created_at": format_ms(m.created_at_ms),
-        })).collect::<Vec<_>>(),
+        "messages": d.messages.iter().map(message_json).collect::<Vec<_>>(),
         "runs": d.runs.iter().map(run_json).collect::<Vec<_>>(),
         "sessions": d.sessions.iter().map(|s| json!({
             "session_id": s.session_id,
@@ -416,7 +380,7 @@ fn detail_json(d: &ThreadDetail) -> Value {
 }
 
 fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure> {
-    let store = open_store(data_dir)?;
+    let mut store = open_store(data_dir)?;
     match cmd {
         ThreadsCommand::List { json, limit } => {
             let list = store.list_threads(limit).map_err(|e| store_failure(&e))?;
@@ -453,14 +417,59 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
             }
         }
         ThreadsCommand::Show { id, json } => {
-            let id =
-                ThreadId::parse(&id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
             let detail = store.thread_detail(&id).map_err(|e| store_failure(&e))?;
             if json {
                 print_out(&format!("{}\n", detail_json(&detail)))?;
             } else {
                 print_out(&detail_text(&detail))?;
             }
+        }
+        ThreadsCommand::Delete { id, json } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            let deleted = store.delete_thread(&id).map_err(|e| store_failure(&e))?;
+            if json {
+                let value = json!({"deleted": {
+                    "id": deleted.id.as_str(),
+                    "runs": deleted.runs,
+                    "messages": deleted.messages,
+                }});
+                print_out(&format!("{value}\n"))?;
+            } else {
+                print_out(&format!(
+                    "deleted thread {} ({} runs, {} messages)\n",
+                    deleted.id, deleted.runs, deleted.messages
+                ))?;
+            }
+        }
+        ThreadsCommand::Rename { id, title, json } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            store
+                .rename_thread(&id, &title.join(" "))
+                .map_err(|e| store_failure(&e))?;
+            let thread = store
+                .thread(&id)
+                .map_err(|e| store_failure(&e))?
+                .ok_or_else(|| store_failure(&StoreError::ThreadNotFound(id.clone())))?;
+            if json {
+                print_out(&format!("{}\n", thread_json(&thread)))?;
+            } else {
+                print_out(&format!(
+                    "renamed thread {}: {}\n",
+                    thread.id,
+                    line(&thread.title)
+                ))?;
+            }
+        }
+        ThreadsCommand::Export { id, format, .. } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            let detail = store.thread_detail(&id).map_err(|e| store_failure(&e))?;
+            let text = if format == "jsonl" {
+                agentwire_host::export::jsonl(&detail)
+            } else {
+                agentwire_host::export::markdown(&detail)
+            };
+            print_out(&text)?;
         }
     }
     Ok(Exit::Ok)

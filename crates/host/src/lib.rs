@@ -13,6 +13,7 @@ pub mod agents;
 pub mod attachments;
 pub mod control;
 pub mod detached;
+pub mod export;
 pub mod ids;
 pub mod paths;
 pub mod store;

@@ -104,6 +104,25 @@ pub enum StoreError {
         /// Its live run.
         run: RunId,
     },
+    /// No thread id starts with this prefix (see [`Store::resolve_thread`]).
+    #[error("no thread id starts with {0}")]
+    ThreadPrefixNotFound(String),
+    /// More than one thread id starts with this prefix (see [`Store::resolve_thread`]).
+    #[error("thread id prefix {prefix} is ambiguous: {} match ({}{})", .count, candidate_list(.candidates), if *.count as usize > .candidates.len() { ", …" } else { "" })]
+    ThreadAmbiguous {
+        /// The prefix as given.
+        prefix: String,
+        /// The first matches, most recently updated first (at most [`MAX_PREFIX_CANDIDATES`]).
+        candidates: Vec<ThreadId>,
+        /// How many threads match in all.
+        count: u64,
+    },
+    /// The store holds no thread (`chat --continue` with nothing to continue).
+    #[error("there is no thread to continue yet")]
+    NoThreads,
+    /// A thread title given by the user is empty, too long or holds control characters.
+    #[error("invalid thread title: {0}")]
+    InvalidTitle(String),
     /// Another task server (`awp-host serve --tasks-listen`) holds this data directory's `tasks.lock`.
     #[error("another task server is using this data directory")]
     TasksBusy,
@@ -127,12 +146,24 @@ impl StoreError {
             StoreError::SchemaTooNew { .. } => "store_schema_too_new",
             StoreError::ThreadNotFound(_) => "thread_not_found",
             StoreError::ThreadBusy { .. } => "thread_busy",
+            StoreError::ThreadPrefixNotFound(_) => "thread_not_found",
+            StoreError::ThreadAmbiguous { .. } => "thread_ambiguous",
+            StoreError::NoThreads => "no_threads",
+            StoreError::InvalidTitle(_) => "invalid_title",
             StoreError::TasksBusy => "tasks_busy",
             StoreError::Unavailable => "store_unavailable",
             StoreError::Corrupt(_) => "store_corrupt",
             StoreError::Id(e) => e.code(),
         }
     }
+}
+
+/// The candidates of [`StoreError::ThreadAmbiguous`], comma-separated.
+fn candidate_list(ids: &[ThreadId]) -> String {
+    ids.iter()
+        .map(ThreadId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(crate) fn db(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
@@ -1368,6 +1399,9 @@ fn parse_run(s: &str) -> Result<RunId, StoreError> {
 fn parse_thread(s: &str) -> Result<ThreadId, StoreError> {
     ThreadId::parse(s).map_err(|_| StoreError::Corrupt(format!("invalid thread id {s:?}")))
 }
+
+mod manage;
+pub use manage::{DeletedThread, MAX_PREFIX_CANDIDATES};
 
 #[cfg(test)]
 mod tests {
