@@ -7,7 +7,9 @@ use std::time::Duration;
 use agentwire_host::agents::{AgentEntry, AgentRegistry};
 use agentwire_host::attachments::{AttachmentLimits, read_attachments};
 use agentwire_host::control::ChatAgentToken;
-use agentwire_host::export::{format_ms, message_json, run_json, thread_json};
+use agentwire_host::export::{
+    format_cost, format_ms, message_json, run_json, thread_json, total_cost,
+};
 use agentwire_host::store::{ThreadDetail, escape_controls};
 use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
 use agentwire_host::{AgentError, RunStatus, Store, StoreError, paths};
@@ -397,19 +399,29 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
                 print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
             } else {
                 let mut rows = vec![
-                    ["ID", "AGENT", "RUNS", "UPDATED", "DIRECTORY", "TITLE"].map(String::from),
+                    [
+                        "ID",
+                        "AGENT",
+                        "RUNS",
+                        "LAST",
+                        "UPDATED",
+                        "DIRECTORY",
+                        "TITLE",
+                    ]
+                    .map(String::from),
                 ];
                 rows.extend(list.iter().map(|t| {
                     [
                         t.id.to_string(),
                         line(&t.agent),
                         t.run_count.to_string(),
+                        t.last_run_status.map_or("-", RunStatus::as_str).to_owned(),
                         format_ms(t.updated_at_ms),
                         line(t.cwd.as_deref().unwrap_or("-")),
                         line(&t.title),
                     ]
                 }));
-                let mut text = table(&rows, &[false, false, true, false, false, false]);
+                let mut text = table(&rows, &[false, false, true, false, false, false, false]);
                 if more > 0 {
                     text.push_str(&format!("({more} more; use --limit)\n"));
                 }
@@ -540,11 +552,14 @@ fn detail_text(d: &ThreadDetail) -> String {
             .as_ref()
             .map(|u| format!("{} in / {} out", u.input_tokens, u.output_tokens));
         s.push_str(&format!(
-            "{}  {:<11}  {}  {}{}\n",
+            "{}  {:<11}  {}  {}{}{}\n",
             r.id,
             r.status.as_str(),
             format_ms(r.started_at_ms),
             usage.unwrap_or_else(|| "-".into()),
+            r.total_cost_usd
+                .map(|c| format!("  {}", format_cost(c)))
+                .unwrap_or_default(),
             r.error_code
                 .as_ref()
                 .map(|c| format!("  error {}", line(c)))
@@ -553,6 +568,9 @@ fn detail_text(d: &ThreadDetail) -> String {
         if let Some(reason) = &r.error_reason {
             s.push_str(&format!("    why: {}\n", line(reason)));
         }
+    }
+    if let Some(total) = total_cost(&d.runs) {
+        s.push_str(&format!("total cost: {}\n", format_cost(total)));
     }
     s.push_str("\nsession ids (oldest first):\n");
     for sess in &d.sessions {

@@ -276,3 +276,79 @@ async fn threads_export_writes_a_markdown_transcript_and_jsonl_records() {
     assert_eq!(none.code, 2, "{none:?}");
     assert_eq!(none.json()["error"]["code"], "thread_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_the_agent_reports_is_shown_and_threads_list_shows_the_last_run_status() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"paid\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"normal\", \"--cost-usd\", \"0.0125\"]\n\
+         [[agents]]\nname = \"broken\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"error-result\"]\n",
+    );
+    // The status line carries the cost the agent reported in its result.
+    let first = host.run(&["chat", "--agent", "paid", "one"]).await;
+    assert_eq!(first.code, 0, "{first:?}");
+    assert!(
+        first
+            .stderr
+            .contains("[succeeded · 3 in / 9 out tokens · $0.0125 · "),
+        "{first:?}"
+    );
+    let list = host.run(&["threads", "list", "--json"]).await.json();
+    let paid = list[0]["id"].as_str().unwrap().to_owned();
+    let second = host
+        .run(&["chat", "--thread", &paid, "--jsonl", "two"])
+        .await;
+    assert_eq!(result_record(&second)["total_cost_usd"], 0.0125);
+    // `threads show`: each run's cost and the total.
+    let shown = host.run(&["threads", "show", &paid]).await;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert_eq!(shown.stdout.matches("  $0.0125").count(), 2, "{shown:?}");
+    assert!(shown.stdout.contains("total cost: $0.0250\n"), "{shown:?}");
+    let detail = host.thread(&paid).await;
+    assert_eq!(detail["runs"][1]["total_cost_usd"], 0.0125);
+    assert_eq!(detail["thread"]["last_run_status"], "succeeded");
+    // An agent that reports no cost shows none.
+    let failed = host.run(&["chat", "--agent", "broken", "x"]).await;
+    assert_eq!(failed.code, 6, "{failed:?}");
+    assert!(!failed.stderr.contains('$'), "{failed:?}");
+    // `threads list`: the last run's status of each thread (table column LAST, JSON last_run_status).
+    let list = host.run(&["threads", "list", "--json"]).await.json();
+    let status: Vec<(&str, &str)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap(),
+                t["last_run_status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(status.len(), 2);
+    assert_eq!(status[1], (paid.as_str(), "succeeded"));
+    assert_eq!(status[0].1, "failed");
+    let table = host.run(&["threads", "list"]).await;
+    let mut lines = table.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "ID",
+            "AGENT",
+            "RUNS",
+            "LAST",
+            "UPDATED",
+            "DIRECTORY",
+            "TITLE"
+        ]
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[..4], [status[0].0, "broken", "1", "failed"]);
+    // The transcript carries the total cost too.
+    let md = host.run(&["threads", "export", &paid]).await;
+    assert!(md.stdout.contains("- cost: $0.0250\n"), "{md:?}");
+    assert!(
+        md.stdout.contains("_succeeded · 3 in / 9 out · $0.0125_"),
+        "{md:?}"
+    );
+}

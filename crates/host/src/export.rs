@@ -24,7 +24,8 @@ pub fn format_ms(ms: i64) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-/// A thread: `{"id","agent","title","session_id","created_at","updated_at","run_count","cwd"}`.
+/// A thread: `{"id","agent","title","session_id","created_at","updated_at","run_count","cwd","last_run_status"}`
+/// (`last_run_status`: the latest run's status, `null` without runs).
 pub fn thread_json(t: &ThreadRecord) -> Value {
     json!({
         "id": t.id.as_str(),
@@ -35,6 +36,7 @@ pub fn thread_json(t: &ThreadRecord) -> Value {
         "updated_at": format_ms(t.updated_at_ms),
         "run_count": t.run_count,
         "cwd": t.cwd,
+        "last_run_status": t.last_run_status.map(RunStatus::as_str),
     })
 }
 
@@ -123,6 +125,12 @@ pub fn format_cost(usd: f64) -> String {
     format!("${usd:.4}")
 }
 
+/// The sum of the runs' reported costs, `None` when no run reported one.
+pub fn total_cost(runs: &[RunRecord]) -> Option<f64> {
+    let costs: Vec<f64> = runs.iter().filter_map(|r| r.total_cost_usd).collect();
+    (!costs.is_empty()).then(|| costs.iter().sum())
+}
+
 /// The thread as a Markdown transcript (see the module docs).
 pub fn markdown(d: &ThreadDetail) -> String {
     let t = &d.thread;
@@ -136,8 +144,7 @@ pub fn markdown(d: &ThreadDetail) -> String {
         format_ms(t.created_at_ms),
         format_ms(t.updated_at_ms)
     ));
-    let total: f64 = d.runs.iter().filter_map(|r| r.total_cost_usd).sum();
-    if d.runs.iter().any(|r| r.total_cost_usd.is_some()) {
+    if let Some(total) = total_cost(&d.runs) {
         s.push_str(&format!("- cost: {}\n", format_cost(total)));
     }
     for (n, run) in d.runs.iter().enumerate() {

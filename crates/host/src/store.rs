@@ -280,6 +280,8 @@ pub struct ThreadRecord {
     /// The directory the thread's agent runs in (absolute, UTF-8), recorded when the thread was created; `None`
     /// for threads created before schema 3 (their turns run where the host runs).
     pub cwd: Option<String>,
+    /// Status of the thread's latest run (by start time); `None` for a thread without runs.
+    pub last_run_status: Option<RunStatus>,
 }
 
 /// A stored message.
@@ -1340,7 +1342,9 @@ macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
             "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
-            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd FROM threads t ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd, ",
+            "(SELECT r.status FROM runs r WHERE r.thread_id = t.id ORDER BY r.started_at_ms DESC, r.rowid DESC LIMIT 1) ",
+            "FROM threads t ",
             $tail
         )
     };
@@ -1363,6 +1367,7 @@ type ThreadRow = (
     i64,
     i64,
     Option<String>,
+    Option<String>,
 );
 
 fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
@@ -1375,11 +1380,12 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
 fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
-    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd) = row;
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd, last) = row;
     Ok(ThreadRecord {
         id: parse_thread(&id)?,
         agent,
@@ -1389,6 +1395,7 @@ fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
         updated_at_ms,
         run_count: to_u64(runs),
         cwd,
+        last_run_status: last.as_deref().map(RunStatus::parse).transpose()?,
     })
 }
 
