@@ -120,12 +120,16 @@ Examples:
   awp-host chat --agent claude --model sonnet \"hi\"     a named agent from agents.toml
   awp-host chat --thread th_3f9a0c1d2b4e5f60 \"more\"    follow-up: resumes the agent's session
   awp-host chat --cwd ~/src/app \"run the tests\"       the thread (and its agent) works in ~/src/app
+  awp-host chat --thread 3f9a \"more\"                   the same thread by a unique prefix of its id
+  awp-host chat -c \"and then?\"                        continue the most recent thread
+  awp-host chat --agent claude --system \"be terse\" hi  a system prompt (stream-json agents)
+  awp-host chat --agent-arg=--verbose \"hi\"             an extra argument for the agent on this launch
   awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
   awp-host chat --jsonl \"hi\"                           one normalized event per line, then a result record
 
 Output: assistant text on stdout as it streams, tool use as one-line summaries (`⚙ Bash {...}`);
-the status line (status, tokens, duration, thread id) and errors go to stderr.
+the status line (status, tokens, cost when reported, duration, thread and run ids) and errors go to stderr.
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
@@ -154,6 +158,15 @@ pub struct ChatArgs {
     /// Model to ask the agent for (passed as --model; ACP agents: set through their `model` config option) [default: the agent's configured model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
+    /// A system prompt for this turn, at most 64 KiB: stream-json agents (Claude Code) get it as
+    /// `--append-system-prompt`; awp-jsonl and ACP agents have no such option and refuse it
+    /// (system_prompt_unsupported; pass the agent's own flag with --agent-arg). Not stored: give it on each turn
+    #[arg(long, value_name = "PROMPT")]
+    pub system: Option<String>,
+    /// An extra argument for the agent's command line on this launch (repeatable, in order; at most 64, each
+    /// 1 byte to 16 KiB), after its configured args and before --model/--resume
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub agent_args: Vec<String>,
     /// Attach a file (repeatable): PNG, JPEG, GIF, WebP → image; PDF → document; UTF-8 text → text.
     /// At most 10 MiB each, 16 per turn
     #[arg(long = "attach", value_name = "FILE")]

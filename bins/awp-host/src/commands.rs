@@ -273,6 +273,13 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    let extras = agentwire_host::launch_extras::LaunchExtras {
+        system_prompt: args.system.clone(),
+        agent_args: args.agent_args.clone(),
+    };
+    let agent = &extras
+        .apply(agent)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,

@@ -15,6 +15,7 @@ pub mod control;
 pub mod detached;
 pub mod export;
 pub mod ids;
+pub mod launch_extras;
 pub mod paths;
 pub mod store;
 pub mod tasks;
