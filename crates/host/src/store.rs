@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -509,8 +509,27 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<String, Store
     }
 }
 
+/// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed) and the
+/// agent process group recorded on the run (`runs.agent_pid`, see `Store::record_agent_pid`) has no live member:
+/// a host killed with its agent still running leaves the thread busy until that agent is gone.
+fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+    if !run_lock_free(locks_dir, run)? {
+        return Ok(false);
+    }
+    let pid: Option<i64> = conn
+        .query_row(
+            "SELECT agent_pid FROM runs WHERE id=?1",
+            params![run.as_str()],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db("checking a run's agent"))?
+        .flatten();
+    Ok(!pid.is_some_and(manage::agent_group_alive))
+}
+
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
-fn run_orphaned(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+fn run_lock_free(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
     let path = locks_dir.join(format!("{run}.lock"));
     match File::options().read(true).write(true).open(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
@@ -647,6 +666,15 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
              PRAGMA user_version = 3;",
         )
         .map_err(db("migrating to schema 3"))?;
+    }
+    if version < 4 {
+        // The agent's pid (= its process group id) of a run: a host that died leaves the thread busy while that
+        // group lives.
+        tx.execute_batch(
+            "ALTER TABLE runs ADD COLUMN agent_pid INTEGER;
+             PRAGMA user_version = 4;",
+        )
+        .map_err(db("migrating to schema 4"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
@@ -800,7 +828,7 @@ impl Store {
     }
 
     fn run_orphaned(&self, run: &RunId) -> Result<bool, StoreError> {
-        run_orphaned(&self.locks_dir, run)
+        run_orphaned(&self.conn, &self.locks_dir, run)
     }
 
     fn recover_interrupted(&mut self) -> Result<(), StoreError> {
@@ -897,7 +925,7 @@ impl Store {
                 let Ok(other) = RunId::parse(&id) else {
                     continue;
                 };
-                if !run_orphaned(&locks_dir, &other)? {
+                if !run_orphaned(&tx, &locks_dir, &other)? {
                     return Err(StoreError::ThreadBusy { thread, run: other });
                 }
                 tx.execute(
@@ -1713,7 +1741,7 @@ mod tests {
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -1760,7 +1788,7 @@ mod tests {
         // What awp-host wrote before schema 3: no `cwd` column.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -361,9 +361,19 @@ impl AgentRunner {
         session_options.cwd = cwd.map(std::path::Path::to_path_buf);
         session_options.resumed_from = resume;
         session_options.limits.max_line_bytes = agent.max_line_bytes;
+        // The agent dies with the host (Linux): see `ChildConfig::kill_on_parent_death`.
+        session_options.child.kill_on_parent_death = true;
         match AgentSession::spawn(plan, session_options).await {
             Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
             Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
+        }
+    }
+
+    /// The agent's pid (its process group id) while it runs; `None` once its exit was seen.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            AgentRunner::Awp(session) => session.id(),
+            AgentRunner::Acp(runner) => runner.pid(),
         }
     }
 
@@ -716,6 +726,14 @@ pub async fn run_turn(
                 Ok(runner) => runner,
                 Err((code, cause)) => return Ok(Driven::Early(code, cause, Leftovers::default())),
             };
+        // A host killed mid-turn leaves this pid behind: the next turn refuses the thread while its group lives.
+        if let Some(Err(e)) = runner
+            .pid()
+            .map(|pid| recorder.store.record_agent_pid(&recorder.guard, pid))
+        {
+            runner.finish().await;
+            return Err(e);
+        }
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;

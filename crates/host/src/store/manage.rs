@@ -25,7 +25,80 @@ pub struct DeletedThread {
 /// Number of hex digits after `th_` in a full thread id.
 const ID_HEX_DIGITS: usize = 16;
 
+/// True while the process group `pgid` (an agent's pid, recorded by [`Store::record_agent_pid`]) has a live
+/// member. With `/proc` (Linux): some process whose `/proc/<pid>/stat` names `pgid` as its group and is not a zombie
+/// (an orphaned agent killed by its parent-death signal stays a zombie until the system's reaper collects it, which
+/// in a container may be never). Elsewhere: a signal-0 probe of the group (a group of another user counts as
+/// alive). Non-Unix: always false.
+pub(crate) fn agent_group_alive(pgid: i64) -> bool {
+    #[cfg(unix)]
+    {
+        let Some(pid) = i32::try_from(pgid)
+            .ok()
+            .filter(|p| *p > 1)
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            return false;
+        };
+        match rustix::process::test_kill_process_group(pid) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::PERM => {}
+            Err(_) => return false,
+        }
+        match std::fs::read_dir("/proc") {
+            Ok(entries) if std::path::Path::new("/proc/self/stat").exists() => {
+                entries.flatten().any(|entry| {
+                    let name = entry.file_name();
+                    let is_pid = name
+                        .to_str()
+                        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                    is_pid
+                        && std::fs::read_to_string(entry.path().join("stat"))
+                            .ok()
+                            .is_some_and(|stat| live_member_of(&stat, pgid))
+                })
+            }
+            _ => true,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pgid;
+        false
+    }
+}
+
+/// Whether a `/proc/<pid>/stat` line (`pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses, so
+/// the fields are read after the last `)`) is a non-zombie member of group `pgid`.
+fn live_member_of(stat: &str, pgid: i64) -> bool {
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let group = fields.nth(1).and_then(|g| g.parse::<i64>().ok());
+    state.is_some_and(|s| s != "Z" && s != "X") && group == Some(pgid)
+}
+
 impl Store {
+    /// Records the pid of `run`'s agent (its process group id: `agentwire-process` starts every agent in its own
+    /// group), one transaction. While that group has a live member, a `running` run whose host died still counts
+    /// as live: [`Store::begin_run`] refuses the thread ([`StoreError::ThreadBusy`]) and [`Store::open`] does not
+    /// mark it `interrupted`.
+    ///
+    /// # Errors
+    /// [`StoreError::Database`].
+    pub fn record_agent_pid(&mut self, run: &super::RunGuard, pid: u32) -> Result<(), StoreError> {
+        let op = "recording the agent's pid";
+        let tx = self.write_tx(op)?;
+        tx.execute(
+            "UPDATE runs SET agent_pid=?2 WHERE id=?1",
+            params![run.run_id.as_str(), i64::from(pid)],
+        )
+        .map_err(db(op))?;
+        tx.commit().map_err(db(op))
+    }
+
     /// The thread a user means by `text`: a full id (`th_` + 16 hex digits, returned as is; whether it exists is
     /// checked where it is used), or a unique prefix of one, with or without `th_` (`th_3f9a`, `3f9a`; at least one
     /// hex digit, case-insensitive).
@@ -134,7 +207,7 @@ impl Store {
             let Ok(run) = RunId::parse(&run) else {
                 continue;
             };
-            if !run_orphaned(&locks_dir, &run)? {
+            if !run_orphaned(&tx, &locks_dir, &run)? {
                 return Err(StoreError::ThreadBusy {
                     thread: id.clone(),
                     run,
@@ -230,6 +303,18 @@ mod tests {
             total_cost_usd: None,
             pending_text: None,
         }
+    }
+
+    #[test]
+    fn a_stat_line_is_a_live_member_only_when_in_the_group_and_not_a_zombie() {
+        assert!(live_member_of("42 (a b) c) S 1 42 42 0", 42));
+        assert!(!live_member_of("42 (sh) Z 1 42 42 0", 42));
+        assert!(!live_member_of("43 (sh) S 1 41 41 0", 42));
+        assert!(!live_member_of("garbage", 42));
+        // This test process is a live member of its own group.
+        let own = i64::from(rustix::process::getpgrp().as_raw_nonzero().get());
+        assert!(agent_group_alive(own));
+        assert!(!agent_group_alive(0));
     }
 
     #[test]
