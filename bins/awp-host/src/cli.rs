@@ -133,7 +133,8 @@ the status line (status, tokens, cost when reported, duration, thread and run id
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
-process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
+process group at once, records the run (cancelled, code aborted), prints its thread and run ids and exits 130.
+A thread with a turn running elsewhere is refused (thread_busy, exit 3).";
 
 /// `chat` arguments.
 #[derive(Debug, Args)]

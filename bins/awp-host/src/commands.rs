@@ -330,11 +330,8 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
-    if *abort.borrow() {
-        // The agent's process group was killed and the run recorded `cancelled`; exit as interrupted.
-        drop(renderer);
-        return Ok(Exit::Interrupted);
-    }
+    // A second signal (abort) ends here too: the run was recorded (`cancelled`, code `aborted`), and the status
+    // line and error below say which thread and run it was; the exit is 130.
     renderer.finish(&report);
     if let Some(e) = renderer.take_error() {
         // The turn itself was recorded: say where, since stdout (e.g. `| head`) may be gone.
@@ -361,6 +358,13 @@ async fn chat(
             let mut message = failure_message(code, report.error_detail.as_deref());
             if let Some(reason) = &report.error_reason {
                 message.push_str(&format!(" — the agent said: {reason}"));
+            }
+            if code == agentwire_host::turn::ABORTED_CODE {
+                // Exiting at once: say where the run was recorded, whatever the output format.
+                message.push_str(&format!(
+                    "; recorded as thread {}, run {}",
+                    report.thread_id, report.run_id
+                ));
             }
             // `--json`/`--jsonl` printed the run's result record (with its error) already.
             Err(Failure::new(Exit::for_turn_code(code), code, message).printed_as_json())

@@ -200,6 +200,7 @@ pub fn failure_message(code: &str, detail: Option<&str>) -> String {
         }
         "stdout_line_too_long" => "the agent wrote a stdout line over the limit; it was stopped",
         "cancelled" => "the turn was cancelled",
+        "aborted" => "the turn was aborted by a second signal",
         "spawn_failed" => "the agent could not be started",
         "invalid_session_id" => {
             "the agent reported an invalid session id; the thread cannot be resumed"

@@ -24,19 +24,10 @@ fn agent_pid(host: &Host) -> u32 {
     u32::try_from(pid).expect("a positive pid")
 }
 
-fn kill(pid: u32, signal: rustix::process::Signal) {
-    let pid =
-        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid fits i32")).expect("pid");
-    rustix::process::kill_process(pid, signal).expect("send signal");
-}
-
-#[cfg(target_os = "linux")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_the_host_with_sigkill_kills_its_agent_and_a_follow_up_succeeds() {
-    let host = Host::new();
-    // An agent that stays in its turn and would survive anything but SIGKILL: it ignores SIGINT/SIGTERM/SIGHUP,
-    // closes its stdin (so the host's death is no EOF to it) and becomes one long `sleep` (same pid, no
-    // grandchild).
+/// Configures agent `fx`: it stays in its turn and would survive anything but SIGKILL: it ignores
+/// SIGINT/SIGTERM/SIGHUP, reports session `h1`, closes its stdin (so the host's death is no EOF to it) and becomes
+/// one long `sleep` (same pid, no grandchild).
+fn stubborn_agent(host: &Host) {
     let script = host.path("stubborn.sh");
     std::fs::write(
         &script,
@@ -50,6 +41,19 @@ async fn killing_the_host_with_sigkill_kills_its_agent_and_a_follow_up_succeeds(
         "[[agents]]\nname = \"fx\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\n",
         script.display()
     ));
+}
+
+fn kill(pid: u32, signal: rustix::process::Signal) {
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid fits i32")).expect("pid");
+    rustix::process::kill_process(pid, signal).expect("send signal");
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_host_with_sigkill_kills_its_agent_and_a_follow_up_succeeds() {
+    let host = Host::new();
+    stubborn_agent(&host);
     let mut chat = host.spawn(&["chat", "--agent", "fx", "--jsonl", "stay"]);
     let mut stdout = chat.take_stdout().expect("stdout");
     // The agent is in its turn (it reported its session and will never end the turn).
@@ -123,4 +127,81 @@ async fn a_live_agent_left_by_a_dead_host_keeps_its_thread_busy() {
     let detail = host.thread(&thread).await;
     assert_eq!(detail["runs"][0]["status"], "interrupted", "{detail}");
     assert_eq!(detail["runs"][1]["status"], "succeeded", "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_records_the_run_as_aborted_and_prints_its_ids() {
+    for format in ["--jsonl", "--human"] {
+        let host = Host::new();
+        stubborn_agent(&host);
+        let mut args = vec!["chat", "--agent", "fx", "stay"];
+        if format == "--jsonl" {
+            args.insert(3, format);
+        }
+        let mut chat = host.spawn(&args);
+        let mut stdout = chat.take_stdout().expect("stdout");
+        let host_pid = chat.id().expect("host running");
+        // In its turn: the agent's pid is recorded once it runs (its `h1` line is not printed in human output).
+        let agent = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                // Never create the database here: only read it once the host made it.
+                let pid: Option<i64> = rusqlite::Connection::open_with_flags(
+                    host.data.join("awp-host.sqlite3"),
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
+                )
+                .ok()
+                .and_then(|c| {
+                    c.query_row("SELECT agent_pid FROM runs", [], |r| r.get(0))
+                        .ok()
+                })
+                .flatten();
+                if let Some(pid) = pid {
+                    break u32::try_from(pid).expect("pid");
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the run recorded its agent");
+        kill(host_pid, rustix::process::Signal::INT);
+        // The second Ctrl-C after the first was taken (its notice), while the stop ladder waits on the agent.
+        let noticed = tokio::time::timeout(Duration::from_secs(60), async {
+            while !chat
+                .stderr_tail()
+                .tail_lossy()
+                .contains("cancelling the turn")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(noticed.is_ok(), "{}", chat.stderr_tail().tail_lossy());
+        kill(host_pid, rustix::process::Signal::INT);
+        let out = support::collect_from(&mut chat, &mut stdout).await;
+        assert_eq!(out.code, 130, "{format}: {out:?}");
+        assert!(
+            wait_gone(agent, Duration::from_secs(20)).await,
+            "agent {agent} still alive"
+        );
+        let (thread, run): (String, String) = db(&host)
+            .query_row("SELECT thread_id, id FROM runs", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("run");
+        // The ids are printed: on stderr (status line and error), and in the --jsonl result record.
+        assert!(out.stderr.contains(&format!("thread {thread}")), "{out:?}");
+        assert!(out.stderr.contains(&format!("run {run}")), "{out:?}");
+        assert!(out.stderr.contains("(aborted)"), "{out:?}");
+        if format == "--jsonl" {
+            let record = support::result_record(&out);
+            assert_eq!(record["thread_id"], thread.as_str(), "{out:?}");
+            assert_eq!(record["run_id"], run.as_str());
+            assert_eq!(record["status"], "cancelled");
+            assert_eq!(record["error"]["code"], "aborted", "{record}");
+        }
+        // Recorded: cancelled with code aborted, never left running.
+        let detail = host.thread(&thread).await;
+        assert_eq!(detail["runs"][0]["status"], "cancelled", "{detail}");
+        assert_eq!(detail["runs"][0]["error"]["code"], "aborted", "{detail}");
+    }
 }

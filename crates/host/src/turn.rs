@@ -49,7 +49,8 @@ pub struct TurnOptions {
     /// How ACP agents' permission requests are answered. Default [`AcpPermissions::reject`] (fail closed).
     pub acp_permissions: AcpPermissions,
     /// Aborts the turn at once when the value becomes `true` (a second Ctrl-C): the agent's process group is
-    /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with detail [`ABORTED`].
+    /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with error code
+    /// [`ABORTED_CODE`] and detail [`ABORTED`].
     /// Default `None` (never aborts).
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
     /// Called once, right after the run (and the user message) were committed and before the agent is started,
@@ -97,7 +98,11 @@ async fn first_output_due(deadline: Option<tokio::time::Instant>) {
 }
 
 /// Detail of a run ended by [`TurnOptions::abort`].
-pub const ABORTED: &str = "aborted: the agent's process group was killed";
+pub const ABORTED: &str = "the agent's process group was killed";
+
+/// Error code of a run ended by [`TurnOptions::abort`] (a second Ctrl-C); its status is
+/// [`RunStatus::Cancelled`].
+pub const ABORTED_CODE: &str = "aborted";
 
 /// Resolves once `abort` holds `true`; never when it is `None` or its sender is gone without aborting.
 async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
@@ -547,7 +552,7 @@ fn run_usage(u: &Usage) -> RunUsage {
 }
 
 fn status_of(code: &str) -> RunStatus {
-    if code == codes::CANCELLED {
+    if code == codes::CANCELLED || code == ABORTED_CODE {
         RunStatus::Cancelled
     } else {
         RunStatus::Failed
@@ -820,7 +825,7 @@ pub async fn run_turn(
         Some(Err(e)) => return Err(e.into()),
         None => {
             let outcome = TurnOutcome::new(TurnStatus::Failed {
-                code: codes::CANCELLED.to_owned(),
+                code: ABORTED_CODE.to_owned(),
                 detail: Some(ABORTED.to_owned()),
             });
             (Some(outcome), Leftovers::default())
