@@ -1,7 +1,8 @@
 //! The relay shell: drives the sans-IO [`Router`] with the agent's lines, HTTP calls and sends, subscriber changes
 //! and time, and executes its [`Action`]s (subscriber queues, call waiters, the agent's stdin writer, `fs/*`).
 //!
-//! Nothing here waits while holding the lock: broadcasting is `try_send`, writes go to the run's writer queue,
+//! Nothing here waits while holding the lock: broadcasting is `try_send`, a write to the agent's stdin goes out at
+//! once as far as the pipe takes it without blocking when nothing is queued ahead, else to the run's writer queue,
 //! `fs/*` runs on a blocking thread. So the agent's reader is never blocked by a subscriber or an HTTP client.
 
 use std::collections::HashMap;
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use agentwire_process::StdinError;
 use axum::extract::ws::Utf8Bytes;
 use bytes::Bytes;
 use serde::Serialize;
@@ -63,19 +65,78 @@ pub struct RelayStats {
     pub router: RouterStats,
 }
 
+/// A write to the agent's stdin that the pipe did not finish at once, handed to the writer task.
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StdinError>> + Send>>;
+
+/// What the stdin writer task gets, in order.
+enum StdinItem {
+    /// A line to write.
+    Line(Bytes, Option<CallId>),
+    /// A direct write (see [`Writer::push`]) to finish.
+    InFlight(InFlight, Option<CallId>),
+}
+
+/// The stdin and the number of items the writer task has not finished, under one lock.
+#[derive(Debug)]
+struct Direct {
+    stdin: agentwire_process::Stdin,
+    /// Items queued for the writer task or being written by it; a line is written directly only at 0, so lines
+    /// never overtake each other.
+    items: usize,
+}
+
 /// The queue of lines to one agent run's stdin (FIFO: messages are never reordered toward the agent). Each line
 /// may belong to an `/acp/call`, which fails at once when its line cannot be written.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Writer {
-    tx: mpsc::UnboundedSender<(Bytes, Option<CallId>)>,
+    tx: mpsc::UnboundedSender<StdinItem>,
     queued: Arc<AtomicUsize>,
+    direct: Arc<Mutex<Direct>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("queued", &self.queued())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Writer {
+    fn lock(&self) -> MutexGuard<'_, Direct> {
+        // `Direct` is a counter and a handle: a panic cannot leave it inconsistent.
+        self.direct.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `line` to the agent's stdin. When nothing is queued ahead, it is written right here, as far as the
+    /// pipe takes it without waiting (an `/acp/call` then costs no hop through the writer task); the rest of that
+    /// write, or the line itself when others are queued, goes to the writer task. Never waits.
     fn push(&self, line: Bytes, call: Option<CallId>) {
+        let mut direct = self.lock();
+        if direct.items == 0 {
+            let stdin = direct.stdin.clone();
+            let mut write: InFlight = Box::pin(async move { stdin.write_line(&line).await });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            match write.as_mut().poll(&mut cx) {
+                std::task::Poll::Ready(Ok(())) => return,
+                // A failure is handed to the writer task too: it reports it outside this lock and the relay's.
+                std::task::Poll::Ready(Err(error)) => {
+                    write = Box::pin(std::future::ready(Err(error)));
+                }
+                std::task::Poll::Pending => {}
+            }
+            direct.items += 1;
+            if self.tx.send(StdinItem::InFlight(write, call)).is_err() {
+                direct.items -= 1;
+                tracing::debug!("dropping a line for the agent: its stdin writer has ended");
+            }
+            return;
+        }
         let len = line.len();
         self.queued.fetch_add(len, Ordering::Relaxed);
-        if self.tx.send((line, call)).is_err() {
+        direct.items += 1;
+        if self.tx.send(StdinItem::Line(line, call)).is_err() {
+            direct.items -= 1;
             self.queued.fetch_sub(len, Ordering::Relaxed);
             tracing::debug!("dropping a line for the agent: its stdin writer has ended");
         }
@@ -219,17 +280,33 @@ impl Relay {
 
     /// A new agent run: its stdin gets a writer task; the router forgets the previous run.
     pub fn agent_started(self: &Arc<Self>, stdin: agentwire_process::Stdin) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, Option<CallId>)>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<StdinItem>();
         let queued = Arc::new(AtomicUsize::new(0));
+        let direct = Arc::new(Mutex::new(Direct {
+            stdin: stdin.clone(),
+            items: 0,
+        }));
         let writer = Writer {
             tx,
             queued: queued.clone(),
+            direct,
         };
         let relay = Arc::downgrade(self);
+        let task_writer = writer.direct.clone();
         tokio::spawn(async move {
-            while let Some((line, call)) = rx.recv().await {
-                queued.fetch_sub(line.len(), Ordering::Relaxed);
-                if let Err(error) = stdin.write_line(&line).await {
+            while let Some(item) = rx.recv().await {
+                let (result, call) = match item {
+                    StdinItem::Line(line, call) => {
+                        queued.fetch_sub(line.len(), Ordering::Relaxed);
+                        (stdin.write_line(&line).await, call)
+                    }
+                    StdinItem::InFlight(write, call) => (write.await, call),
+                };
+                {
+                    let mut direct = task_writer.lock().unwrap_or_else(PoisonError::into_inner);
+                    direct.items = direct.items.saturating_sub(1);
+                }
+                if let Err(error) = result {
                     tracing::warn!(code = error.code(), %error, "writing to the agent's stdin failed");
                     if let Some(relay) = relay.upgrade() {
                         relay.stdin_failed(call);

@@ -243,7 +243,20 @@ impl OutputEvent {
     /// # Errors
     /// [`EventError`] when the line is not a JSON object with a string `type`, or a known event lacks a
     /// required field (`assistant.message`, `stream_event.event`, …).
+    ///
+    /// One pass into borrowed typed structs (no `serde_json::Value`) for the lines the crate knows; a line that
+    /// pass cannot decide exactly as [`from_value`](Self::from_value) would (an unknown `type`, a field of an
+    /// unexpected JSON type, a duplicate field, anything that is not a JSON object) is parsed again as a `Value`,
+    /// so the result is always that of `from_value` on the parsed line.
     pub fn parse(line: &[u8]) -> Result<OutputEvent, EventError> {
+        if let Some(event) = crate::borrowed::parse(line) {
+            return Ok(event);
+        }
+        OutputEvent::parse_value(line)
+    }
+
+    /// [`parse`](Self::parse) through a `serde_json::Value` only: the reference the fast path is checked against.
+    fn parse_value(line: &[u8]) -> Result<OutputEvent, EventError> {
         let value: Value =
             serde_json::from_slice(line).map_err(|e| EventError::NotJson { column: e.column() })?;
         OutputEvent::from_value(&value)
@@ -696,5 +709,256 @@ mod tests {
         assert!(result(Some("success"), Some(true)).is_failure());
         assert!(result(Some("error_max_turns"), Some(false)).is_failure());
         assert!(result(None, Some(false)).is_failure());
+    }
+
+    /// Every line of the three Claude Code recordings takes the borrowed fast path and gives what the `Value`
+    /// path gives.
+    #[test]
+    fn recordings_take_the_fast_path_with_the_same_result() {
+        let recordings = [
+            include_str!("../../../fixtures/recordings/claude-stream-json-partial-two-turns.jsonl"),
+            include_str!("../../../fixtures/recordings/claude-stream-json-single-turn.jsonl"),
+            include_str!("../../../fixtures/recordings/claude-stream-json-tool-use.jsonl"),
+        ];
+        let mut lines = 0;
+        for line in recordings.iter().flat_map(|text| text.lines()) {
+            let fast = crate::borrowed::parse(line.as_bytes());
+            assert!(fast.is_some(), "fast path gave up on {line}");
+            assert_eq!(
+                fast.map(Ok),
+                Some(OutputEvent::parse_value(line.as_bytes()))
+            );
+            lines += 1;
+        }
+        assert_eq!(lines, 30);
+    }
+
+    /// Lines the fast path must hand to the `Value` path, because only that path decides them (leniently, or by
+    /// refusing what serde_json skips unchecked), and the result is the `Value` path's.
+    #[test]
+    fn fast_path_gives_up_where_the_value_path_decides() {
+        let lines: [&[u8]; 16] = [
+            br#"{"type":"result","subtype":"success","x":1e400}"#,
+            br#"{"type":"result","subtype":"success","x":"\ud800"}"#,
+            b"{\"type\":\"result\",\"subtype\":\"success\",\"x\":\"caf\xff\"}",
+            br#"{"type":"content_block_delta","index":"1","delta":{"type":"text_delta","text":"a"}}"#,
+            br#"{"type":"content_block_delta","index":1.0,"delta":{"type":"text_delta","text":"a"}}"#,
+            br#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":7}}"#,
+            br#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"a","text":"b"}}"#,
+            br#"{"type":"system","type":"result","subtype":"success"}"#,
+            br#"{"type":"result","usage":[],"subtype":"success"}"#,
+            br#"{"type":"result","usage":{"input_tokens":-1},"subtype":"success"}"#,
+            br#"{"type":"assistant","message":{"content":[1,{"type":"text","text":"a"}]}}"#,
+            br#"{"type":"assistant","message":{"content":7}}"#,
+            br#"{"type":"user","message":{"content":[{"type":"tool_result","content":[{"type":"text","text":"a"},"b"]}]}}"#,
+            br#"{"type":"brand_new","x":[1,2]}"#,
+            br#"{"type":"stream_event","event":{"type":"ping"}} x"#,
+            br#"[{"type":"ping"}]"#,
+        ];
+        for line in lines {
+            assert!(
+                crate::borrowed::parse(line).is_none(),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+            assert_eq!(OutputEvent::parse(line), OutputEvent::parse_value(line));
+        }
+        let deep = format!(
+            r#"{{"type":"result","subtype":"success","x":{}1{}}}"#,
+            "[".repeat(130),
+            "]".repeat(130)
+        );
+        assert!(crate::borrowed::parse(deep.as_bytes()).is_none());
+        assert!(matches!(
+            OutputEvent::parse(deep.as_bytes()),
+            Err(EventError::NotJson { .. })
+        ));
+    }
+
+    mod fast_path_agrees {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Keys the parser reads somewhere, plus one it never reads.
+        const KEYS: &[&str] = &[
+            "type",
+            "subtype",
+            "session_id",
+            "model",
+            "message",
+            "event",
+            "is_error",
+            "usage",
+            "result",
+            "duration_ms",
+            "total_cost_usd",
+            "request",
+            "response",
+            "index",
+            "delta",
+            "content_block",
+            "error",
+            "id",
+            "content",
+            "text",
+            "thinking",
+            "name",
+            "input",
+            "tool_use_id",
+            "partial_json",
+            "stop_reason",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "other",
+        ];
+        /// Every `type` (and block / delta type) the parser knows, plus unknown ones.
+        const TYPES: &[&str] = &[
+            "system",
+            "init",
+            "status",
+            "assistant",
+            "user",
+            "stream_event",
+            "message_start",
+            "message_delta",
+            "message_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "ping",
+            "error",
+            "result",
+            "success",
+            "control_request",
+            "control_response",
+            "control_cancel_request",
+            "rate_limit_event",
+            "keep_alive",
+            "tool_progress",
+            "text",
+            "thinking",
+            "tool_use",
+            "tool_result",
+            "text_delta",
+            "thinking_delta",
+            "input_json_delta",
+            "signature_delta",
+            "brand_new",
+        ];
+
+        /// JSON text (not a `Value`, so that duplicate keys and odd numbers survive).
+        fn json() -> impl Strategy<Value = String> {
+            let leaf = prop_oneof![
+                Just("null".to_owned()),
+                Just("true".to_owned()),
+                Just("false".to_owned()),
+                Just("-1".to_owned()),
+                Just("1.5".to_owned()),
+                Just("1e400".to_owned()),
+                Just(r#""\ud800""#.to_owned()),
+                Just(r#""a\"b\u00e9""#.to_owned()),
+                (0u64..4).prop_map(|n| n.to_string()),
+                prop::sample::select(TYPES).prop_map(|t| format!("\"{t}\"")),
+                prop::sample::select(KEYS).prop_map(|k| format!("\"{k}\"")),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4)
+                        .prop_map(|items| format!("[{}]", items.join(","))),
+                    prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(
+                        |fields| {
+                            let fields: Vec<String> =
+                                fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                            format!("{{{}}}", fields.join(","))
+                        }
+                    ),
+                ]
+            })
+        }
+
+        /// A value of the JSON type the parser expects for `key` (so the fast path mostly succeeds), with a
+        /// nested object of such fields where an object is expected; now and then any value instead.
+        fn typed_object(depth: u32) -> BoxedStrategy<String> {
+            let field = (prop::sample::select(KEYS), 0..10u8).prop_flat_map(move |(key, pick)| {
+                let value: BoxedStrategy<String> = if pick == 0 {
+                    json().boxed()
+                } else {
+                    match key {
+                        "type" | "subtype" | "stop_reason" => prop::sample::select(TYPES)
+                            .prop_map(|t| format!("\"{t}\""))
+                            .boxed(),
+                        "session_id" | "model" | "id" | "text" | "thinking" | "name"
+                        | "tool_use_id" | "partial_json" | "result" => prop_oneof![
+                            Just(r#""s1""#.to_owned()),
+                            Just(r#""bad id""#.to_owned()),
+                            Just(r#""a\"b\u00e9\n""#.to_owned()),
+                            Just("null".to_owned()),
+                        ]
+                        .boxed(),
+                        "index"
+                        | "duration_ms"
+                        | "input_tokens"
+                        | "output_tokens"
+                        | "cache_read_input_tokens"
+                        | "cache_creation_input_tokens" => {
+                            (0u64..3).prop_map(|n| n.to_string()).boxed()
+                        }
+                        "is_error" => any::<bool>().prop_map(|b| b.to_string()).boxed(),
+                        "total_cost_usd" => Just("0.25".to_owned()).boxed(),
+                        "content" if depth > 0 => prop_oneof![
+                            Just(r#""plain""#.to_owned()),
+                            prop::collection::vec(typed_object(depth - 1), 0..3)
+                                .prop_map(|items| format!("[{}]", items.join(","))),
+                        ]
+                        .boxed(),
+                        _ if depth > 0 => typed_object(depth - 1),
+                        _ => json().boxed(),
+                    }
+                };
+                value.prop_map(move |value| format!("\"{key}\":{value}"))
+            });
+            prop::collection::vec(field, 0..7)
+                .prop_map(|fields| format!("{{{}}}", fields.join(",")))
+                .boxed()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            /// Lines shaped like the events (mostly well-typed fields, so the fast path decides most of them).
+            #[test]
+            fn parse_of_event_shaped_lines_equals_the_value_path(
+                kind in prop::sample::select(TYPES),
+                body in typed_object(3),
+            ) {
+                let line = format!("{{\"type\":\"{kind}\",{}", &body[1..]).replace(",}", "}");
+                prop_assert_eq!(
+                    OutputEvent::parse(line.as_bytes()),
+                    OutputEvent::parse_value(line.as_bytes()),
+                    "{}", line
+                );
+            }
+
+            /// Whatever the line, `parse` (borrowed fast path, then `Value` fallback) equals the `Value` path.
+            #[test]
+            fn parse_equals_the_value_path(
+                kind in prop::sample::select(TYPES),
+                fields in prop::collection::vec((prop::sample::select(KEYS), json()), 0..6),
+                type_first in any::<bool>(),
+            ) {
+                let mut parts: Vec<String> =
+                    fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                let kind = format!("\"type\":\"{kind}\"");
+                if type_first { parts.insert(0, kind) } else { parts.push(kind) }
+                let line = format!("{{{}}}", parts.join(","));
+                prop_assert_eq!(
+                    OutputEvent::parse(line.as_bytes()),
+                    OutputEvent::parse_value(line.as_bytes()),
+                    "{}", line
+                );
+            }
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! notes `protocols/awp.md`; stream-json checked against Claude Code 2.1.197 recordings in
 //! `fixtures/recordings/`.
 
+mod borrowed;
 pub mod conformance;
 pub mod event;
 pub mod input;

@@ -143,3 +143,138 @@ async fn an_agents_max_line_bytes_accepts_a_line_at_the_limit_and_fails_one_byte
         "{detail}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_message_is_committed_before_the_agent_is_started() {
+    use agentwire_host::turn::RunRecordedHook;
+    use std::sync::{Arc, Mutex};
+    let tmp = tempfile::tempdir().unwrap();
+    let fx = agent(tmp.path(), "fx", "awp-jsonl", "normal");
+    let data = tmp.path().join("data");
+    let mut store = Store::open(&data).unwrap();
+    // The hook runs after the begin commit and before the spawn; a second connection sees only committed rows.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (hook_data, hook_seen) = (data.clone(), seen.clone());
+    let options = TurnOptions {
+        on_run_recorded: Some(RunRecordedHook(Arc::new(move |thread, _run| {
+            let other = Store::open(&hook_data).unwrap();
+            let detail = other.thread_detail(thread).unwrap();
+            hook_seen
+                .lock()
+                .unwrap()
+                .extend(detail.messages.into_iter().map(|m| m.content));
+            Box::pin(async { Vec::new() })
+        }))),
+        ..TurnOptions::default()
+    };
+    let report = run_turn(
+        &mut store,
+        &fx,
+        request(None, "durable first"),
+        &options,
+        &mut |_| {},
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunStatus::Succeeded);
+    assert_eq!(*seen.lock().unwrap(), vec!["durable first".to_owned()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_id_is_committed_before_the_observer_sees_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fx = agent(tmp.path(), "fx", "awp-jsonl", "normal");
+    let data = tmp.path().join("data");
+    let mut store = Store::open(&data).unwrap();
+    let other = Store::open(&data).unwrap();
+    // What a second connection (committed rows only) holds when each event reaches the observer.
+    let mut checked = Vec::new();
+    let report = run_turn(
+        &mut store,
+        &fx,
+        request(None, "hello"),
+        &TurnOptions::default(),
+        &mut |event| {
+            let thread = &other.list_threads(1).unwrap()[0];
+            match event {
+                NormalizedEvent::SessionStarted { session_id, .. } => {
+                    assert_eq!(thread.session_id.as_deref(), Some(session_id.as_str()));
+                    checked.push("session");
+                }
+                // The user message is durable by then too (committed before the spawn).
+                NormalizedEvent::TurnCompleted(_) => {
+                    let detail = other.thread_detail(&thread.id).unwrap();
+                    assert_eq!(detail.messages[0].content, "hello");
+                    checked.push("end");
+                }
+                _ => {}
+            }
+        },
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunStatus::Succeeded);
+    assert_eq!(checked, vec!["session", "end"]);
+}
+
+/// An agent (a `/bin/sh` script) that, on reading the turn's line, copies the store's database and WAL files to `snap`,
+/// then answers one trivial AWP turn.
+fn snapshotting_agent(dir: &Path, data: &Path, snap: &Path) -> AgentSpec {
+    let db = data.join(agentwire_host::store::DATABASE_FILE);
+    let script = format!(
+        r#"#!/bin/sh
+read -r line
+cp '{db}' '{snap}/db.sqlite3'
+cp '{db}-wal' '{snap}/db.sqlite3-wal'
+echo '{{"type":"system","subtype":"init","session_id":"snap-1","model":"m","cwd":"/","tools":[]}}'
+echo '{{"type":"result","subtype":"success","is_error":false,"session_id":"snap-1","result":"ok"}}'
+read -r line
+"#,
+        db = db.display(),
+        snap = snap.display()
+    );
+    let script_path = dir.join("snapshot-agent.sh");
+    std::fs::write(&script_path, script).expect("write the agent script");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script_path, std::fs::Permissions::from_mode(0o755))
+            .expect("make the agent script executable");
+    }
+    let text = format!(
+        "[[agents]]\nname = \"snap\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{}\"\n",
+        script_path.display()
+    );
+    std::fs::write(dir.join("agents.toml"), text).expect("write agents.toml");
+    let registry = AgentRegistry::load(dir, &|_| None, None).expect("load agents");
+    registry
+        .resolve(Some("snap"))
+        .expect("usable agent")
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_user_message_is_committed_when_the_agent_reads_the_turn() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let snap = tmp.path().join("snap");
+    std::fs::create_dir_all(&snap).unwrap();
+    let mut store = Store::open(&data).unwrap();
+    let agent = snapshotting_agent(tmp.path(), &data, &snap);
+    // No run-recorded hook: the begin commit overlaps the agent's startup and must still precede the stdin write.
+    let (report, _) = turn(&mut store, &agent, request(None, "snapshot me")).await;
+    assert_eq!(report.status, RunStatus::Succeeded);
+    assert_eq!(report.session_id.as_deref(), Some("snap-1"));
+    // Opening the copy replays only committed WAL frames: what it holds was durable when the agent read the turn.
+    let copy = rusqlite::Connection::open(snap.join("db.sqlite3")).unwrap();
+    let (user, status): (String, String) = copy
+        .query_row(
+            "SELECT m.content, r.status FROM messages m JOIN runs r ON r.id = m.run_id WHERE m.role = 'user'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(user, "snapshot me");
+    assert_eq!(status, "running");
+}

@@ -26,8 +26,9 @@
 //!   input yields the same frames.
 //!
 //! Two constructors: [`JsonlDecoder::new`] validates every line as JSON (UTF-8 + RFC 8259 grammar, via
-//! serde_json, roughly 0.7–1 GB/s); [`JsonlDecoder::framing_only`] only frames (tens of GB/s), for relays that
-//! forward lines verbatim. A shell that must act the moment a line crosses the limit, before its newline
+//! serde_json, roughly 1–1.6 GiB/s, 1.6–3.9× tokio-util `LinesCodec` followed by
+//! `serde_json::from_slice::<Value>` in `benches/decode.rs`); [`JsonlDecoder::framing_only`] only frames (about
+//! a memchr split's speed, 10–25 GiB/s, no UTF-8 check), for relays that forward lines verbatim. A shell that must act the moment a line crosses the limit, before its newline
 //! arrives, polls [`JsonlDecoder::discarding_bytes`].
 //!
 //! ```

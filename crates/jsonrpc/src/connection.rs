@@ -220,8 +220,11 @@ impl Shared {
 ///
 /// Cheap to clone; all clones share the connection. Incoming requests and notifications arrive on the [`Incoming`]
 /// returned next to it. Two tasks run on the tokio runtime: a reader (frames lines, parses each once, routes
-/// responses to their calls, queues requests and notifications for [`Incoming`], answers invalid input) and a writer
-/// (the only writer of the stream: one line per message, in the order sent).
+/// responses to their calls, queues requests and notifications for [`Incoming`], answers invalid input) and a writer.
+/// Lines go out one per message, in the order sent: a request or response with nothing queued ahead of it is written
+/// to the stream by its sender, without waiting (what the stream does not take at once is finished by the writer
+/// task), which saves a task switch per message; otherwise, and for every notification (bursts of them are
+/// coalesced), the line is queued for the writer task, which writes everything queued before one flush.
 ///
 /// Outgoing and incoming ids are separate spaces: our requests are numbered 0, 1, 2, … and a response is matched
 /// only against our pending calls, never against the peer's requests.
@@ -380,19 +383,22 @@ impl Connection {
             closing: CancellationToken::new(),
             aborted: CancellationToken::new(),
         });
+        let direct = Arc::new(Direct::new(sink));
         let out = Out {
             tx: out_tx,
+            direct: direct.clone(),
             closing: shared.closing.clone(),
             guard: Arc::new(shared.closing.clone().drop_guard()),
         };
         let reader_task = Reader {
             shared: shared.clone(),
             out: out.tx.downgrade(),
+            direct: direct.clone(),
             guard: Arc::downgrade(&out.guard),
             incoming: incoming_tx,
         };
         let reader = tokio::spawn(reader_task.run(source)).abort_handle();
-        tokio::spawn(write_loop(sink, out_rx, shared.clone(), reader));
+        tokio::spawn(write_loop(direct, out_rx, shared.clone(), reader));
         let incoming = Incoming::new(incoming_rx, out.clone());
         (Connection { shared, out }, incoming)
     }
@@ -500,7 +506,7 @@ impl Connection {
             method,
             params: params.as_ref(),
         })?;
-        self.send_line(line).await
+        self.out.queue(line).await
     }
 
     /// Sends any message as is (a relay forwarding a peer's request or response, or a test sending raw input).
@@ -510,11 +516,11 @@ impl Connection {
     ///
     /// As [`notify`](Self::notify).
     pub async fn send_message(&self, message: &Message) -> Result<(), SendError> {
-        self.send_line(message.to_line()?).await
-    }
-
-    async fn send_line(&self, line: Vec<u8>) -> Result<(), SendError> {
-        self.out.send(line).await
+        let line = message.to_line()?;
+        match message {
+            Message::Notification(_) => self.out.queue(line).await,
+            _ => self.out.send(line).await,
+        }
     }
 
     /// Cancels our pending call `id`: the call resolves at once with [`CallError::Cancelled`] and
@@ -715,6 +721,8 @@ struct Reader {
     shared: Arc<Shared>,
     /// Weak, so that the reader alone does not keep the output open.
     out: mpsc::WeakSender<Outgoing>,
+    /// The stream shared with the writer task (holds no sender, so it does not keep the output open).
+    direct: Arc<Direct>,
     /// Weak, for the same reason: the output starts closing when the last strong guard is dropped.
     guard: std::sync::Weak<DropGuard>,
     incoming: mpsc::Sender<IncomingMessage>,
@@ -802,7 +810,10 @@ impl Reader {
                 let Some(out) = self.out.upgrade() else {
                     return;
                 };
-                if out.send(Outgoing::Line(line)).await.is_err() {
+                if send_line(&out, &self.direct, &self.shared.closing, line, true)
+                    .await
+                    .is_err()
+                {
                     tracing::debug!("json-rpc answer to invalid input not sent: writer stopped");
                 }
             }
@@ -903,6 +914,7 @@ impl Reader {
     fn upgrade_out(&self) -> Option<Out> {
         Some(Out {
             tx: self.out.upgrade()?,
+            direct: self.direct.clone(),
             closing: self.shared.closing.clone(),
             guard: self.guard.upgrade()?,
         })
@@ -1037,11 +1049,146 @@ pub(crate) enum Outgoing {
     Line(Vec<u8>),
 }
 
-/// A strong handle on the output: the writer queue, and a guard that starts closing the output when the last
-/// handle ([`Connection`] clones, [`Incoming`], unanswered [`Responder`]s) is dropped.
+/// The part of the output that senders and the writer task share: the stream while nobody writes to it, so that a
+/// sender with nothing ahead of it writes its line at once instead of handing it to the writer task (one task
+/// switch less per message, which is most of a round trip's cost between processes).
+pub(crate) struct Direct {
+    slot: Mutex<Slot>,
+    /// Wakes the writer task to finish a direct write that the stream did not take at once.
+    resume: tokio::sync::Notify,
+}
+
+struct Slot {
+    /// The stream while idle; `None` while the writer task writes to it, and for good once the writer has stopped.
+    sink: Option<LineSink>,
+    /// Lines queued for the writer task or being written by it, senders waiting for room in the queue, and an
+    /// unfinished direct write. A sender writes directly only when this is 0, so lines keep the order they were
+    /// sent in.
+    ahead: usize,
+    /// The unfinished part of a direct write, finished by the writer task before anything else.
+    rest: Option<Rest>,
+}
+
+/// What a direct write left for the writer task.
+enum Rest {
+    /// Bytes of the line the stream did not take (it would have blocked).
+    Bytes(Vec<u8>),
+    /// The line is written, the flush would have blocked.
+    Flush,
+    /// The write function's future did not complete at once.
+    Future(Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>),
+    /// The write failed: the writer task closes the connection with this error.
+    Failed(std::io::Error),
+}
+
+impl Direct {
+    fn new(sink: LineSink) -> Self {
+        Direct {
+            slot: Mutex::new(Slot {
+                sink: Some(sink),
+                ahead: 0,
+                rest: None,
+            }),
+            resume: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot> {
+        // Every update of `Slot` is a single assignment or counter step: a panic cannot leave it inconsistent.
+        self.slot.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `line` at once when nothing is ahead of it and the stream is idle (what the stream does not take
+    /// without blocking is left to the writer task), else queues it when there is room. Never waits.
+    /// Returns the line when the queue is full; it is then counted in `ahead` and the caller must queue it or
+    /// uncount it ([`Waiting`]).
+    ///
+    /// With `write_now` false the line is always queued: a notification, which nobody waits for and which often
+    /// comes in bursts that the writer task coalesces into one write.
+    fn try_send(
+        &self,
+        tx: &mpsc::Sender<Outgoing>,
+        closing: &CancellationToken,
+        line: Vec<u8>,
+        write_now: bool,
+    ) -> Result<Option<Vec<u8>>, SendError> {
+        if closing.is_cancelled() {
+            return Err(SendError::ConnectionClosed);
+        }
+        let mut slot = self.lock();
+        if write_now
+            && slot.ahead == 0
+            && let Some(sink) = slot.sink.as_mut()
+        {
+            if let Some(rest) = sink.write_now(line) {
+                slot.rest = Some(rest);
+                slot.ahead = 1;
+                drop(slot);
+                self.resume.notify_one();
+            }
+            return Ok(None);
+        }
+        match tx.try_send(Outgoing::Line(line)) {
+            Ok(()) => {
+                slot.ahead += 1;
+                Ok(None)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::ConnectionClosed),
+            Err(mpsc::error::TrySendError::Full(Outgoing::Line(line))) => {
+                slot.ahead += 1;
+                Ok(Some(line))
+            }
+        }
+    }
+}
+
+/// A line counted in [`Slot::ahead`] while its sender waits for room in the queue; uncounted if it never gets in.
+struct Waiting<'a> {
+    direct: &'a Direct,
+    queued: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.queued {
+            let mut slot = self.direct.lock();
+            slot.ahead = slot.ahead.saturating_sub(1);
+        }
+    }
+}
+
+/// Sends one line (see [`Direct::try_send`]), waiting while the queue is full; fails at once when the output is
+/// closing, also while waiting. Cancel-safe: a direct write never waits, and dropped while waiting for room, nothing
+/// is queued.
+async fn send_line(
+    tx: &mpsc::Sender<Outgoing>,
+    direct: &Direct,
+    closing: &CancellationToken,
+    line: Vec<u8>,
+    write_now: bool,
+) -> Result<(), SendError> {
+    let Some(line) = direct.try_send(tx, closing, line, write_now)? else {
+        return Ok(());
+    };
+    let mut waiting = Waiting {
+        direct,
+        queued: false,
+    };
+    let sent = tokio::select! {
+        biased;
+        () = closing.cancelled() => Err(SendError::ConnectionClosed),
+        sent = tx.send(Outgoing::Line(line)) => sent.map_err(|_| SendError::ConnectionClosed),
+    };
+    waiting.queued = sent.is_ok();
+    sent
+}
+
+/// A strong handle on the output: the writer queue, the shared stream, and a guard that starts closing the output
+/// when the last handle ([`Connection`] clones, [`Incoming`], unanswered [`Responder`]s) is dropped.
 #[derive(Clone)]
 pub(crate) struct Out {
     tx: mpsc::Sender<Outgoing>,
+    direct: Arc<Direct>,
     closing: CancellationToken,
     guard: Arc<DropGuard>,
 }
@@ -1055,21 +1202,21 @@ impl std::fmt::Debug for Out {
 }
 
 impl Out {
-    /// Queues one line, waiting while the queue is full; fails at once when the output is closing, also while
-    /// waiting. Cancel-safe: dropped while waiting, nothing is queued.
+    /// Sends one line: written at once when nothing is ahead of it, else queued, waiting while the queue is full;
+    /// fails at once when the output is closing, also while waiting. Cancel-safe: dropped while waiting, nothing is
+    /// queued.
     pub(crate) async fn send(&self, line: Vec<u8>) -> Result<(), SendError> {
-        if self.closing.is_cancelled() {
-            return Err(SendError::ConnectionClosed);
-        }
-        tokio::select! {
-            biased;
-            () = self.closing.cancelled() => Err(SendError::ConnectionClosed),
-            sent = self.tx.send(Outgoing::Line(line)) => sent.map_err(|_| SendError::ConnectionClosed),
-        }
+        send_line(&self.tx, &self.direct, &self.closing, line, true).await
     }
 
-    /// Queues one line without waiting: at once when there is room, else from a background task that holds no
-    /// guard (so it does not keep the output open) and gives up when the output starts closing.
+    /// As [`send`](Self::send), but always through the writer task's queue (for notifications: see
+    /// [`Direct::try_send`]).
+    pub(crate) async fn queue(&self, line: Vec<u8>) -> Result<(), SendError> {
+        send_line(&self.tx, &self.direct, &self.closing, line, false).await
+    }
+
+    /// Sends one line without waiting: at once when possible, else from a background task that holds no guard (so
+    /// it does not keep the output open) and gives up when the output starts closing.
     ///
     /// # Errors
     ///
@@ -1079,15 +1226,14 @@ impl Out {
         line: Vec<u8>,
         what: &'static str,
     ) -> Result<(), SendError> {
-        if self.closing.is_cancelled() {
-            return Err(SendError::ConnectionClosed);
-        }
-        let line = match self.tx.try_send(Outgoing::Line(line)) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(SendError::ConnectionClosed),
-            Err(mpsc::error::TrySendError::Full(line)) => line,
+        let Some(line) = self.direct.try_send(&self.tx, &self.closing, line, true)? else {
+            return Ok(());
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            drop(Waiting {
+                direct: &self.direct,
+                queued: false,
+            });
             tracing::warn!(
                 what,
                 "json-rpc line not sent: queue full and no tokio runtime"
@@ -1095,13 +1241,19 @@ impl Out {
             return Err(SendError::ConnectionClosed);
         };
         let tx = self.tx.clone();
+        let direct = self.direct.clone();
         let closing = self.closing.clone();
         runtime.spawn(async move {
+            let mut waiting = Waiting {
+                direct: &direct,
+                queued: false,
+            };
             let sent = tokio::select! {
                 biased;
                 () = closing.cancelled() => false,
-                sent = tx.send(line) => sent.is_ok(),
+                sent = tx.send(Outgoing::Line(line)) => sent.is_ok(),
             };
+            waiting.queued = sent;
             if !sent {
                 tracing::debug!(what, "json-rpc line not sent: the output closed first");
             }
@@ -1117,6 +1269,63 @@ enum LineSink {
 }
 
 impl LineSink {
+    /// Writes and flushes `line` as far as possible without waiting; returns what is left for the writer task.
+    /// Called only while idle, when the writer task has flushed everything (its buffers are empty).
+    fn write_now(&mut self, line: Vec<u8>) -> Option<Rest> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self {
+            LineSink::Io(writer) => {
+                if !writer.buffer().is_empty() {
+                    return Some(Rest::Bytes(line));
+                }
+                let inner = writer.get_mut();
+                let mut written = 0;
+                while let Some(unwritten) = line.get(written..).filter(|rest| !rest.is_empty()) {
+                    match Pin::new(&mut *inner).poll_write(&mut cx, unwritten) {
+                        Poll::Ready(Ok(0)) => {
+                            return Some(Rest::Failed(std::io::ErrorKind::WriteZero.into()));
+                        }
+                        Poll::Ready(Ok(n)) => written += n,
+                        Poll::Ready(Err(error))
+                            if error.kind() == std::io::ErrorKind::Interrupted => {}
+                        Poll::Ready(Err(error)) => return Some(Rest::Failed(error)),
+                        Poll::Pending => {
+                            let mut line = line;
+                            line.drain(..written);
+                            return Some(Rest::Bytes(line));
+                        }
+                    }
+                }
+                match Pin::new(&mut *inner).poll_flush(&mut cx) {
+                    Poll::Ready(Ok(())) => None,
+                    Poll::Ready(Err(error)) => Some(Rest::Failed(error)),
+                    Poll::Pending => Some(Rest::Flush),
+                }
+            }
+            LineSink::Write { write, chunk } => {
+                if !chunk.is_empty() {
+                    return Some(Rest::Bytes(line));
+                }
+                let mut future = write(line);
+                match future.as_mut().poll(&mut cx) {
+                    Poll::Ready(Ok(())) => None,
+                    Poll::Ready(Err(error)) => Some(Rest::Failed(error)),
+                    Poll::Pending => Some(Rest::Future(future)),
+                }
+            }
+        }
+    }
+
+    /// Finishes what a direct write left (the caller flushes afterwards).
+    async fn finish(&mut self, rest: Rest) -> std::io::Result<()> {
+        match rest {
+            Rest::Bytes(bytes) => self.write(&bytes).await,
+            Rest::Flush => Ok(()),
+            Rest::Future(future) => future.await,
+            Rest::Failed(error) => Err(error),
+        }
+    }
+
     async fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
         match self {
             LineSink::Io(writer) => writer.write_all(line).await,
@@ -1150,15 +1359,27 @@ impl LineSink {
     }
 }
 
-/// The writer task: the only writer of the stream. Writes each queued line, everything queued at that moment
-/// before one flush; on a write error closes the connection (every pending call fails).
+/// What wakes the writer task.
+enum Wake {
+    /// A line from the queue.
+    Line(Vec<u8>),
+    /// A direct write left something to finish.
+    Resume,
+    /// Closing began, or every sender is gone (then the guard is gone too).
+    Stop,
+}
+
+/// The writer task: writes what senders could not write at once themselves (see [`Direct`]): the rest of a direct
+/// write, then each queued line, everything queued at that moment before one flush; it takes the stream from
+/// [`Direct`] meanwhile and puts it back when done. On a write error (its own or a direct write's) it closes the
+/// connection (every pending call fails).
 ///
 /// When the output starts closing (`Shared::closing`: [`Connection::close`], or every handle dropped) it writes
 /// what is still queued, shuts the stream down and stops, within [`Config::close_flush_timeout`]; on
 /// [`Connection::abort`] it stops at once. Either way it then drops the stream, aborts the reader and marks the
 /// connection closed.
 async fn write_loop(
-    mut sink: LineSink,
+    direct: Arc<Direct>,
     mut queue: mpsc::Receiver<Outgoing>,
     shared: Arc<Shared>,
     reader: tokio::task::AbortHandle,
@@ -1166,25 +1387,59 @@ async fn write_loop(
     let closing = shared.closing.clone();
     let body = async {
         loop {
-            let item = tokio::select! {
+            let wake = tokio::select! {
                 biased;
-                () = closing.cancelled() => None,
-                item = queue.recv() => item,
+                () = closing.cancelled() => Wake::Stop,
+                () = direct.resume.notified() => Wake::Resume,
+                item = queue.recv() => match item {
+                    Some(Outgoing::Line(line)) => Wake::Line(line),
+                    None => Wake::Stop,
+                },
             };
-            // `None`: closing began, or every sender is gone (then the guard is gone too).
-            let Some(Outgoing::Line(line)) = item else {
-                break;
+            let first = match wake {
+                Wake::Stop => break,
+                Wake::Resume => None,
+                Wake::Line(line) => Some(line),
             };
-            sink.write(&line).await?;
+            let (sink, rest) = {
+                let mut slot = direct.lock();
+                (slot.sink.take(), slot.rest.take())
+            };
+            let Some(mut sink) = sink else {
+                return Err(std::io::Error::other("json-rpc output stream lost"));
+            };
+            let mut written = 0;
+            if let Some(rest) = rest {
+                written += 1;
+                sink.finish(rest).await?;
+            }
+            if let Some(line) = first {
+                written += 1;
+                sink.write(&line).await?;
+            }
             while let Ok(Outgoing::Line(line)) = queue.try_recv() {
+                written += 1;
                 sink.write(&line).await?;
             }
             sink.flush().await?;
+            let mut slot = direct.lock();
+            slot.ahead = slot.ahead.saturating_sub(written);
+            slot.sink = Some(sink);
         }
         // Starts the flush deadline (a no-op when closing already began).
         closing.cancel();
         // Later sends fail; what is already queued is written.
         queue.close();
+        let (sink, rest) = {
+            let mut slot = direct.lock();
+            (slot.sink.take(), slot.rest.take())
+        };
+        let Some(mut sink) = sink else {
+            return Ok(());
+        };
+        if let Some(rest) = rest {
+            sink.finish(rest).await?;
+        }
         while let Some(Outgoing::Line(line)) = queue.recv().await {
             sink.write(&line).await?;
         }
@@ -1215,7 +1470,11 @@ async fn write_loop(
     // Before anyone learns that the connection closed, later sends must already fail.
     closing.cancel();
     queue.close();
-    drop(sink);
+    let (sink, rest) = {
+        let mut slot = direct.lock();
+        (slot.sink.take(), slot.rest.take())
+    };
+    drop((sink, rest));
     shared.close(reason);
     reader.abort();
     shared.writer_done.cancel();

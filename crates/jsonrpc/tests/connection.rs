@@ -523,3 +523,33 @@ async fn message_and_relay_sends_are_delivered() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A request line far larger than the transport's buffer is written partly by its sender (as much as the stream takes
+/// without waiting) and finished by the writer task; lines sent after it, while nothing is being read, still arrive
+/// after it and whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_keep_their_order_when_a_direct_write_blocks_half_way() {
+    for transport in TRANSPORTS {
+        let ((client, _client_in), (_server, mut server_in)) = pair(transport, config(), config());
+        let big = "x".repeat(1024 * 1024);
+        let first = within(client.start_call("big", Some(json!({"text": big}))))
+            .await
+            .unwrap();
+        let second = within(client.start_call("small", Some(json!({"n": 2}))))
+            .await
+            .unwrap();
+        within(client.notify("after", Some(json!({"n": 3}))))
+            .await
+            .unwrap();
+        let request = next_request(&mut server_in).await;
+        assert_eq!(request.id, first.id(), "{transport:?}");
+        assert_eq!(request.method, "big");
+        assert_eq!(request.params, Some(json!({"text": big})));
+        let request = next_request(&mut server_in).await;
+        assert_eq!(request.id, second.id(), "{transport:?}");
+        assert_eq!(request.params, Some(json!({"n": 2})));
+        let notification = next_notification(&mut server_in).await;
+        assert_eq!(notification.method, "after");
+        assert_eq!(notification.params, Some(json!({"n": 3})));
+    }
+}
