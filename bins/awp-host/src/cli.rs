@@ -45,7 +45,7 @@ pub enum Command {
     /// interactive session); turns are stored in a thread.
     #[command(after_help = CHAT_EXAMPLES)]
     Chat(ChatArgs),
-    /// List and show stored threads.
+    /// List, show, rename, delete and export stored threads.
     #[command(subcommand)]
     Threads(ThreadsCommand),
     /// List configured agents.
@@ -121,6 +121,10 @@ Examples:
   awp-host chat --agent claude --model sonnet \"hi\"     a named agent from agents.toml
   awp-host chat --thread th_3f9a0c1d2b4e5f60 \"more\"    follow-up: resumes the agent's session
   awp-host chat --cwd ~/src/app \"run the tests\"       the thread (and its agent) works in ~/src/app
+  awp-host chat --thread 3f9a \"more\"                   the same thread by a unique prefix of its id
+  awp-host chat -c \"and then?\"                        continue the most recent thread
+  awp-host chat --agent claude --system \"be terse\" hi  a system prompt (stream-json agents)
+  awp-host chat --agent-arg=--verbose \"hi\"             an extra argument for the agent on this launch
   awp-host chat --attach shot.png \"what is this?\"      image (PNG/JPEG/GIF/WebP), PDF or UTF-8 text, 10 MiB each
   git diff | awp-host chat -                           prompt from stdin (at most 1 MiB)
   awp-host chat --agent claude                         on a terminal: an interactive session
@@ -129,11 +133,12 @@ Examples:
 Output: assistant text on stdout as it streams (stream-json agents: token by token, launched with
 --include-partial-messages unless `include_partial_messages = false` in agents.toml); separate text blocks and
 messages are kept apart by a blank line; tool use as one-line summaries (`⚙ Bash {...}`);
-the status line (status, tokens, duration, thread id) and errors go to stderr.
+the status line (status, tokens, cost when reported, duration, thread and run ids) and errors go to stderr.
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
-process group at once and exits 130. A thread with a turn running elsewhere is refused (thread_busy, exit 3).
+process group at once, records the run (cancelled, code aborted), prints its thread and run ids and exits 130.
+A thread with a turn running elsewhere is refused (thread_busy, exit 3).
 
 Without PROMPT on a terminal, chat opens an interactive session: one agent process serves every turn,
 each line is a turn stored in the thread, Ctrl-C cancels the running turn (the next line restarts the agent
@@ -146,10 +151,14 @@ pub struct ChatArgs {
     /// Agent name (see `awp-host agents list`) [default: the thread's agent, else the configured default]
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
-    /// Continue this thread (resumes the agent's native session with --resume)
+    /// Continue this thread (resumes the agent's native session with --resume); a unique prefix of its id is
+    /// enough (`th_3f9a`, `3f9a`)
     #[arg(long, value_name = "ID", conflicts_with = "new")]
     pub thread: Option<String>,
-    /// Start a new thread (the default without --thread)
+    /// Continue the most recently updated thread (`awp-host threads list` shows it first)
+    #[arg(short = 'c', long = "continue", conflicts_with_all = ["thread", "new", "cwd"])]
+    pub continue_latest: bool,
+    /// Start a new thread (the default without --thread or --continue)
     #[arg(long)]
     pub new: bool,
     /// Working directory of a new thread's agent, recorded on the thread: every later turn of the thread runs
@@ -159,6 +168,15 @@ pub struct ChatArgs {
     /// Model to ask the agent for (passed as --model; ACP agents: set through their `model` config option) [default: the agent's configured model]
     #[arg(long, value_name = "MODEL", value_parser = parse_model)]
     pub model: Option<String>,
+    /// A system prompt for this turn, at most 64 KiB: stream-json agents (Claude Code) get it as
+    /// `--append-system-prompt`; awp-jsonl and ACP agents have no such option and refuse it
+    /// (system_prompt_unsupported; pass the agent's own flag with --agent-arg). Not stored: give it on each turn
+    #[arg(long, value_name = "PROMPT")]
+    pub system: Option<String>,
+    /// An extra argument for the agent's command line on this launch (repeatable, in order; at most 64, each
+    /// 1 byte to 16 KiB), after its configured args and before --model/--resume
+    #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub agent_args: Vec<String>,
     /// Attach a file (repeatable): PNG, JPEG, GIF, WebP → image; PDF → document; UTF-8 text → text.
     /// At most 10 MiB each, 16 per turn
     #[arg(long = "attach", value_name = "FILE")]
@@ -204,14 +222,57 @@ pub enum ThreadsCommand {
     },
     /// Show a thread's messages, runs and session ids.
     Show {
-        /// Thread id (`th_…`)
+        /// Thread id (`th_…`) or a unique prefix of it
         #[arg(value_name = "ID")]
         id: String,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
     },
+    /// Delete a thread with its runs, messages and session ids (refused while a turn runs on it: thread_busy).
+    Delete {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Print `{"deleted":{"id","runs","messages"}}` instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a thread's title (at most 80 characters, no control characters).
+    Rename {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The new title (words are joined with spaces)
+        #[arg(value_name = "TITLE", required = true)]
+        title: Vec<String>,
+        /// Print the renamed thread as JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a thread as a Markdown transcript or as JSON Lines (one record per run and message).
+    #[command(after_help = EXPORT_HELP)]
+    Export {
+        /// Thread id (`th_…`) or a unique prefix of it
+        #[arg(value_name = "ID")]
+        id: String,
+        /// md: a readable transcript; jsonl: records (see below)
+        #[arg(long, default_value = "md", value_parser = ["md", "jsonl"])]
+        format: String,
+        /// Failures as one `{"type":"error",…}` JSON object (the export itself is --format)
+        #[arg(long)]
+        json: bool,
+    },
 }
+
+const EXPORT_HELP: &str = "\
+Examples:
+  awp-host threads export 3f9a > chat.md
+  awp-host threads export th_3f9a0c1d2b4e5f60 --format jsonl | jq -c 'select(.type==\"message\")'
+
+--format jsonl prints one object per line: first {\"type\":\"thread\",…} (the fields of `threads show --json`'s
+thread), then for each run, oldest first, {\"type\":\"run\",…} (the fields of its runs[]) followed by that run's
+messages {\"type\":\"message\",\"id\",\"run_id\",\"role\",\"content\",\"created_at\"}.";
 
 /// `agents` subcommands.
 #[derive(Debug, Subcommand)]

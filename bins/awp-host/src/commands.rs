@@ -2,14 +2,17 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use agentwire_host::agents::{AgentEntry, AgentRegistry};
 use agentwire_host::attachments::{AttachmentLimits, read_attachments};
 use agentwire_host::control::ChatAgentToken;
-use agentwire_host::store::{RunRecord, ThreadDetail, ThreadRecord, escape_controls};
+use agentwire_host::export::{
+    format_cost, format_ms, message_json, run_json, thread_json, total_cost,
+};
+use agentwire_host::store::{ThreadDetail, escape_controls};
 use agentwire_host::turn::{TurnOptions, TurnRequest, TurnSetupError, run_turn};
-use agentwire_host::{AgentError, RunStatus, Store, StoreError, ThreadId, paths};
+use agentwire_host::{AgentError, RunStatus, Store, StoreError, paths};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -58,7 +61,12 @@ fn open_store(flag: Option<&Path>) -> Result<Store, Failure> {
 
 fn store_failure(e: &StoreError) -> Failure {
     let exit = match e {
-        StoreError::ThreadNotFound(_) => Exit::Usage,
+        StoreError::ThreadNotFound(_)
+        | StoreError::ThreadPrefixNotFound(_)
+        | StoreError::ThreadAmbiguous { .. }
+        | StoreError::NoThreads
+        | StoreError::InvalidTitle(_)
+        | StoreError::Id(agentwire_host::IdError::Malformed { .. }) => Exit::Usage,
         StoreError::ThreadBusy { .. } => Exit::AgentUnavailable,
         _ => Exit::Protocol,
     };
@@ -234,12 +242,6 @@ async fn chat(
     } else {
         Format::Human
     };
-    let thread = match &args.thread {
-        Some(id) => {
-            Some(ThreadId::parse(id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?)
-        }
-        None => None,
-    };
     // No prompt on a terminal: an interactive session (human output only; --json/--jsonl keep the error).
     let interactive =
         args.prompt.is_empty() && format == Format::Human && std::io::stdin().is_terminal();
@@ -251,6 +253,14 @@ async fn chat(
     let attachments = read_attachments(&args.attach, &AttachmentLimits::default())
         .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let mut store = open_store(data_dir)?;
+    let thread = if args.continue_latest {
+        Some(store.latest_thread().map_err(|e| store_failure(&e))?.id)
+    } else {
+        match &args.thread {
+            Some(id) => Some(store.resolve_thread(id).map_err(|e| store_failure(&e))?),
+            None => None,
+        }
+    };
     let registry = load_agents(config_dir)?;
     let thread_agent = match &thread {
         Some(id) => Some(
@@ -270,6 +280,13 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    let extras = agentwire_host::launch_extras::LaunchExtras {
+        system_prompt: args.system.clone(),
+        agent_args: args.agent_args.clone(),
+    };
+    let agent = &extras
+        .apply(agent)
+        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
     let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
@@ -340,11 +357,8 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
-    if *abort.borrow() {
-        // The agent's process group was killed and the run recorded `cancelled`; exit as interrupted.
-        drop(renderer);
-        return Ok(Exit::Interrupted);
-    }
+    // A second signal (abort) ends here too: the run was recorded (`cancelled`, code `aborted`), and the status
+    // line and error below say which thread and run it was; the exit is 130.
     renderer.finish(&report);
     if let Some(e) = renderer.take_error() {
         // The turn itself was recorded: say where, since stdout (e.g. `| head`) may be gone.
@@ -372,15 +386,17 @@ async fn chat(
             if let Some(reason) = &report.error_reason {
                 message.push_str(&format!(" — the agent said: {reason}"));
             }
+            if code == agentwire_host::turn::ABORTED_CODE {
+                // Exiting at once: say where the run was recorded, whatever the output format.
+                message.push_str(&format!(
+                    "; recorded as thread {}, run {}",
+                    report.thread_id, report.run_id
+                ));
+            }
             // `--json`/`--jsonl` printed the run's result record (with its error) already.
             Err(Failure::new(Exit::for_turn_code(code), code, message).printed_as_json())
         }
     }
-}
-
-fn format_ms(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
@@ -390,49 +406,10 @@ pub(crate) fn print_out(text: &str) -> Result<(), Failure> {
         .map_err(|e| Failure::from_error(Exit::Protocol, "output_write_failed", &e))
 }
 
-fn thread_json(t: &ThreadRecord) -> Value {
-    json!({
-        "id": t.id.as_str(),
-        "agent": t.agent,
-        "title": t.title,
-        "session_id": t.session_id,
-        "created_at": format_ms(t.created_at_ms),
-        "updated_at": format_ms(t.updated_at_ms),
-        "run_count": t.run_count,
-        "cwd": t.cwd,
-    })
-}
-
-fn run_json(r: &RunRecord) -> Value {
-    json!({
-        "id": r.id.as_str(),
-        "agent": r.agent,
-        "model": r.model,
-        "status": r.status.as_str(),
-        "started_at": format_ms(r.started_at_ms),
-        "ended_at": r.ended_at_ms.map(format_ms),
-        "resumed_session_id": r.resumed_session_id,
-        "session_id": r.session_id,
-        "usage": r.usage.as_ref().map(|u| json!({
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cache_read_input_tokens": u.cache_read_input_tokens,
-            "cache_creation_input_tokens": u.cache_creation_input_tokens,
-        })),
-        "error": r.error_code.as_ref().map(|c| json!({"code": c, "reason": r.error_reason})),
-        "total_cost_usd": r.total_cost_usd,
-    })
-}
-
 fn detail_json(d: &ThreadDetail) -> Value {
     json!({
         "thread": thread_json(&d.thread),
-        "messages": d.messages.iter().map(|m| json!({
-            "run_id": m.run_id.as_str(),
-            "role": m.role.as_str(),
-            "content": m.content,
-            "created_at": format_ms(m.created_at_ms),
-        })).collect::<Vec<_>>(),
+        "messages": d.messages.iter().map(message_json).collect::<Vec<_>>(),
         "runs": d.runs.iter().map(run_json).collect::<Vec<_>>(),
         "sessions": d.sessions.iter().map(|s| json!({
             "session_id": s.session_id,
@@ -443,7 +420,7 @@ fn detail_json(d: &ThreadDetail) -> Value {
 }
 
 fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure> {
-    let store = open_store(data_dir)?;
+    let mut store = open_store(data_dir)?;
     match cmd {
         ThreadsCommand::List { json, limit } => {
             let list = store.list_threads(limit).map_err(|e| store_failure(&e))?;
@@ -460,19 +437,29 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
                 print_out("no threads yet (start one with `awp-host chat PROMPT`)\n")?;
             } else {
                 let mut rows = vec![
-                    ["ID", "AGENT", "RUNS", "UPDATED", "DIRECTORY", "TITLE"].map(String::from),
+                    [
+                        "ID",
+                        "AGENT",
+                        "RUNS",
+                        "LAST",
+                        "UPDATED",
+                        "DIRECTORY",
+                        "TITLE",
+                    ]
+                    .map(String::from),
                 ];
                 rows.extend(list.iter().map(|t| {
                     [
                         t.id.to_string(),
                         line(&t.agent),
                         t.run_count.to_string(),
+                        t.last_run_status.map_or("-", RunStatus::as_str).to_owned(),
                         format_ms(t.updated_at_ms),
                         line(t.cwd.as_deref().unwrap_or("-")),
                         line(&t.title),
                     ]
                 }));
-                let mut text = table(&rows, &[false, false, true, false, false, false]);
+                let mut text = table(&rows, &[false, false, true, false, false, false, false]);
                 if more > 0 {
                     text.push_str(&format!("({more} more; use --limit)\n"));
                 }
@@ -480,14 +467,59 @@ fn threads(data_dir: Option<&Path>, cmd: ThreadsCommand) -> Result<Exit, Failure
             }
         }
         ThreadsCommand::Show { id, json } => {
-            let id =
-                ThreadId::parse(&id).map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
             let detail = store.thread_detail(&id).map_err(|e| store_failure(&e))?;
             if json {
                 print_out(&format!("{}\n", detail_json(&detail)))?;
             } else {
                 print_out(&detail_text(&detail))?;
             }
+        }
+        ThreadsCommand::Delete { id, json } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            let deleted = store.delete_thread(&id).map_err(|e| store_failure(&e))?;
+            if json {
+                let value = json!({"deleted": {
+                    "id": deleted.id.as_str(),
+                    "runs": deleted.runs,
+                    "messages": deleted.messages,
+                }});
+                print_out(&format!("{value}\n"))?;
+            } else {
+                print_out(&format!(
+                    "deleted thread {} ({} runs, {} messages)\n",
+                    deleted.id, deleted.runs, deleted.messages
+                ))?;
+            }
+        }
+        ThreadsCommand::Rename { id, title, json } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            store
+                .rename_thread(&id, &title.join(" "))
+                .map_err(|e| store_failure(&e))?;
+            let thread = store
+                .thread(&id)
+                .map_err(|e| store_failure(&e))?
+                .ok_or_else(|| store_failure(&StoreError::ThreadNotFound(id.clone())))?;
+            if json {
+                print_out(&format!("{}\n", thread_json(&thread)))?;
+            } else {
+                print_out(&format!(
+                    "renamed thread {}: {}\n",
+                    thread.id,
+                    line(&thread.title)
+                ))?;
+            }
+        }
+        ThreadsCommand::Export { id, format, .. } => {
+            let id = store.resolve_thread(&id).map_err(|e| store_failure(&e))?;
+            let detail = store.thread_detail(&id).map_err(|e| store_failure(&e))?;
+            let text = if format == "jsonl" {
+                agentwire_host::export::jsonl(&detail)
+            } else {
+                agentwire_host::export::markdown(&detail)
+            };
+            print_out(&text)?;
         }
     }
     Ok(Exit::Ok)
@@ -558,11 +590,14 @@ fn detail_text(d: &ThreadDetail) -> String {
             .as_ref()
             .map(|u| format!("{} in / {} out", u.input_tokens, u.output_tokens));
         s.push_str(&format!(
-            "{}  {:<11}  {}  {}{}\n",
+            "{}  {:<11}  {}  {}{}{}\n",
             r.id,
             r.status.as_str(),
             format_ms(r.started_at_ms),
             usage.unwrap_or_else(|| "-".into()),
+            r.total_cost_usd
+                .map(|c| format!("  {}", format_cost(c)))
+                .unwrap_or_default(),
             r.error_code
                 .as_ref()
                 .map(|c| format!("  error {}", line(c)))
@@ -571,6 +606,9 @@ fn detail_text(d: &ThreadDetail) -> String {
         if let Some(reason) = &r.error_reason {
             s.push_str(&format!("    why: {}\n", line(reason)));
         }
+    }
+    if let Some(total) = total_cost(&d.runs) {
+        s.push_str(&format!("total cost: {}\n", format_cost(total)));
     }
     s.push_str("\nsession ids (oldest first):\n");
     for sess in &d.sessions {

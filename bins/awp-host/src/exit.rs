@@ -44,6 +44,7 @@ impl Exit {
     pub fn for_turn_code(code: &str) -> Exit {
         match code {
             "spawn_failed" => Exit::AgentUnavailable,
+            "aborted" => Exit::Interrupted,
             "cancelled" | "agent_idle_timeout" | "agent_first_output_timeout" => Exit::Cancelled,
             "stdout_line_too_long"
             | "invalid_session_id"
@@ -103,6 +104,7 @@ mod tests {
         check("cancelled", 7);
         check("agent_idle_timeout", 7);
         check("agent_first_output_timeout", 7);
+        check("aborted", 130);
         check("stdout_line_too_long", 8);
         check("invalid_session_id", 8);
         check("unsupported_protocol_version", 8);

@@ -162,7 +162,8 @@ pub fn result_record(report: &TurnReport, with_text: bool) -> Value {
     record
 }
 
-/// The human status line (stderr): `[succeeded · 5 in / 11 out tokens · 0.04 s · thread th_… · run run_…]`.
+/// The human status line (stderr): `[succeeded · 5 in / 11 out tokens · $0.0123 · 0.04 s · thread th_… · run run_…]`
+/// (the cost when the agent reported one).
 pub fn status_line(report: &TurnReport) -> String {
     let mut parts = vec![report.status.as_str().to_owned()];
     if let Some(code) = &report.error_code {
@@ -173,6 +174,9 @@ pub fn status_line(report: &TurnReport) -> String {
             "{} in / {} out tokens",
             u.input_tokens, u.output_tokens
         ));
+    }
+    if let Some(cost) = report.total_cost_usd {
+        parts.push(agentwire_host::export::format_cost(cost));
     }
     parts.push(format!("{:.2} s", report.duration.as_secs_f64()));
     parts.push(format!("thread {}", report.thread_id));
@@ -196,6 +200,7 @@ pub fn failure_message(code: &str, detail: Option<&str>) -> String {
         }
         "stdout_line_too_long" => "the agent wrote a stdout line over the limit; it was stopped",
         "cancelled" => "the turn was cancelled",
+        "aborted" => "the turn was aborted by a second signal",
         "spawn_failed" => "the agent could not be started",
         "invalid_session_id" => {
             "the agent reported an invalid session id; the thread cannot be resumed"

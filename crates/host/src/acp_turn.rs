@@ -494,6 +494,11 @@ impl Drop for AcpRunner {
 const EVENT_QUEUE: usize = 256;
 
 impl AcpRunner {
+    /// The agent's pid (its process group id) while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.client.child().and_then(|child| child.id())
+    }
+
     /// Spawns the agent in `cwd` (also the root of its `fs/*` access), initializes it, reopens `resume` (see the
     /// module doc) or creates a new session, and selects `model` through the agent's `model` config option.
     ///
@@ -531,7 +536,12 @@ impl AcpRunner {
             .args(&plan.args)
             .inherit_os_env()
             .envs(plan.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .current_dir(&cwd);
+            .current_dir(&cwd)
+            // The agent dies with the host (Linux): see `ChildConfig::kill_on_parent_death`.
+            .config(agentwire_process::ChildConfig {
+                kill_on_parent_death: true,
+                ..agentwire_process::ChildConfig::default()
+            });
         let mut config = ClientConfig::default();
         config.rpc.max_line_bytes = max_line_bytes;
         let client = ClientBuilder::new()

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -104,6 +104,25 @@ pub enum StoreError {
         /// Its live run.
         run: RunId,
     },
+    /// No thread id starts with this prefix (see [`Store::resolve_thread`]).
+    #[error("no thread id starts with {0}")]
+    ThreadPrefixNotFound(String),
+    /// More than one thread id starts with this prefix (see [`Store::resolve_thread`]).
+    #[error("thread id prefix {prefix} is ambiguous: {} match ({}{})", .count, candidate_list(.candidates), if *.count as usize > .candidates.len() { ", …" } else { "" })]
+    ThreadAmbiguous {
+        /// The prefix as given.
+        prefix: String,
+        /// The first matches, most recently updated first (at most [`MAX_PREFIX_CANDIDATES`]).
+        candidates: Vec<ThreadId>,
+        /// How many threads match in all.
+        count: u64,
+    },
+    /// The store holds no thread (`chat --continue` with nothing to continue).
+    #[error("there is no thread to continue yet")]
+    NoThreads,
+    /// A thread title given by the user is empty, too long or holds control characters.
+    #[error("invalid thread title: {0}")]
+    InvalidTitle(String),
     /// Another task server (`awp-host serve --tasks-listen`) holds this data directory's `tasks.lock`.
     #[error("another task server is using this data directory")]
     TasksBusy,
@@ -127,12 +146,24 @@ impl StoreError {
             StoreError::SchemaTooNew { .. } => "store_schema_too_new",
             StoreError::ThreadNotFound(_) => "thread_not_found",
             StoreError::ThreadBusy { .. } => "thread_busy",
+            StoreError::ThreadPrefixNotFound(_) => "thread_not_found",
+            StoreError::ThreadAmbiguous { .. } => "thread_ambiguous",
+            StoreError::NoThreads => "no_threads",
+            StoreError::InvalidTitle(_) => "invalid_title",
             StoreError::TasksBusy => "tasks_busy",
             StoreError::Unavailable => "store_unavailable",
             StoreError::Corrupt(_) => "store_corrupt",
             StoreError::Id(e) => e.code(),
         }
     }
+}
+
+/// The candidates of [`StoreError::ThreadAmbiguous`], comma-separated.
+fn candidate_list(ids: &[ThreadId]) -> String {
+    ids.iter()
+        .map(ThreadId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(crate) fn db(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
@@ -249,6 +280,8 @@ pub struct ThreadRecord {
     /// The directory the thread's agent runs in (absolute, UTF-8), recorded when the thread was created; `None`
     /// for threads created before schema 3 (their turns run where the host runs).
     pub cwd: Option<String>,
+    /// Status of the thread's latest run (by start time); `None` for a thread without runs.
+    pub last_run_status: Option<RunStatus>,
 }
 
 /// A stored message.
@@ -476,8 +509,27 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<String, Store
     }
 }
 
+/// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed) and the
+/// agent process group recorded on the run (`runs.agent_pid`, see `Store::record_agent_pid`) has no live member:
+/// a host killed with its agent still running leaves the thread busy until that agent is gone.
+fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+    if !run_lock_free(locks_dir, run)? {
+        return Ok(false);
+    }
+    let pid: Option<i64> = conn
+        .query_row(
+            "SELECT agent_pid FROM runs WHERE id=?1",
+            params![run.as_str()],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db("checking a run's agent"))?
+        .flatten();
+    Ok(!pid.is_some_and(manage::agent_group_alive))
+}
+
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
-fn run_orphaned(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+fn run_lock_free(locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
     let path = locks_dir.join(format!("{run}.lock"));
     match File::options().read(true).write(true).open(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
@@ -614,6 +666,15 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
              PRAGMA user_version = 3;",
         )
         .map_err(db("migrating to schema 3"))?;
+    }
+    if version < 4 {
+        // The agent's pid (= its process group id) of a run: a host that died leaves the thread busy while that
+        // group lives.
+        tx.execute_batch(
+            "ALTER TABLE runs ADD COLUMN agent_pid INTEGER;
+             PRAGMA user_version = 4;",
+        )
+        .map_err(db("migrating to schema 4"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
@@ -767,7 +828,7 @@ impl Store {
     }
 
     fn run_orphaned(&self, run: &RunId) -> Result<bool, StoreError> {
-        run_orphaned(&self.locks_dir, run)
+        run_orphaned(&self.conn, &self.locks_dir, run)
     }
 
     fn recover_interrupted(&mut self) -> Result<(), StoreError> {
@@ -864,7 +925,7 @@ impl Store {
                 let Ok(other) = RunId::parse(&id) else {
                     continue;
                 };
-                if !run_orphaned(&locks_dir, &other)? {
+                if !run_orphaned(&tx, &locks_dir, &other)? {
                     return Err(StoreError::ThreadBusy { thread, run: other });
                 }
                 tx.execute(
@@ -1309,7 +1370,9 @@ macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
             "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
-            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd FROM threads t ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd, ",
+            "(SELECT r.status FROM runs r WHERE r.thread_id = t.id ORDER BY r.started_at_ms DESC, r.rowid DESC LIMIT 1) ",
+            "FROM threads t ",
             $tail
         )
     };
@@ -1332,6 +1395,7 @@ type ThreadRow = (
     i64,
     i64,
     Option<String>,
+    Option<String>,
 );
 
 fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
@@ -1344,11 +1408,12 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
 fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
-    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd) = row;
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd, last) = row;
     Ok(ThreadRecord {
         id: parse_thread(&id)?,
         agent,
@@ -1358,6 +1423,7 @@ fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
         updated_at_ms,
         run_count: to_u64(runs),
         cwd,
+        last_run_status: last.as_deref().map(RunStatus::parse).transpose()?,
     })
 }
 
@@ -1368,6 +1434,9 @@ fn parse_run(s: &str) -> Result<RunId, StoreError> {
 fn parse_thread(s: &str) -> Result<ThreadId, StoreError> {
     ThreadId::parse(s).map_err(|_| StoreError::Corrupt(format!("invalid thread id {s:?}")))
 }
+
+mod manage;
+pub use manage::{DeletedThread, MAX_PREFIX_CANDIDATES};
 
 #[cfg(test)]
 mod tests {
@@ -1672,7 +1741,7 @@ mod tests {
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -1719,7 +1788,7 @@ mod tests {
         // What awp-host wrote before schema 3: no `cwd` column.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason;
+            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -49,7 +49,8 @@ pub struct TurnOptions {
     /// How ACP agents' permission requests are answered. Default [`AcpPermissions::reject`] (fail closed).
     pub acp_permissions: AcpPermissions,
     /// Aborts the turn at once when the value becomes `true` (a second Ctrl-C): the agent's process group is
-    /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with detail [`ABORTED`].
+    /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with error code
+    /// [`ABORTED_CODE`] and detail [`ABORTED`].
     /// Default `None` (never aborts).
     pub abort: Option<tokio::sync::watch::Receiver<bool>>,
     /// Called once, right after the run (and the user message) were committed and before the agent is started,
@@ -97,7 +98,11 @@ async fn first_output_due(deadline: Option<tokio::time::Instant>) {
 }
 
 /// Detail of a run ended by [`TurnOptions::abort`].
-pub const ABORTED: &str = "aborted: the agent's process group was killed";
+pub const ABORTED: &str = "the agent's process group was killed";
+
+/// Error code of a run ended by [`TurnOptions::abort`] (a second Ctrl-C); its status is
+/// [`RunStatus::Cancelled`].
+pub const ABORTED_CODE: &str = "aborted";
 
 /// Resolves once `abort` holds `true`; never when it is `None` or its sender is gone without aborting.
 async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
@@ -362,9 +367,19 @@ impl AgentRunner {
         session_options.cwd = cwd.map(std::path::Path::to_path_buf);
         session_options.resumed_from = resume;
         session_options.limits.max_line_bytes = agent.max_line_bytes;
+        // The agent dies with the host (Linux): see `ChildConfig::kill_on_parent_death`.
+        session_options.child.kill_on_parent_death = true;
         match AgentSession::spawn(plan, session_options).await {
             Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
             Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
+        }
+    }
+
+    /// The agent's pid (its process group id) while it runs; `None` once its exit was seen.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            AgentRunner::Awp(session) => session.id(),
+            AgentRunner::Acp(runner) => runner.pid(),
         }
     }
 
@@ -576,7 +591,7 @@ fn run_usage(u: &Usage) -> RunUsage {
 }
 
 fn status_of(code: &str) -> RunStatus {
-    if code == codes::CANCELLED {
+    if code == codes::CANCELLED || code == ABORTED_CODE {
         RunStatus::Cancelled
     } else {
         RunStatus::Failed
@@ -895,6 +910,14 @@ async fn run_turn_inner(
                 }
             }
         };
+        // A host killed mid-turn leaves this pid behind: the next turn refuses the thread while its group lives.
+        if let Some(Err(e)) = runner
+            .pid()
+            .map(|pid| recorder.store.record_agent_pid(&recorder.guard, pid))
+        {
+            runner.finish().await;
+            return Err(e);
+        }
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;
@@ -997,7 +1020,7 @@ async fn run_turn_inner(
         Some(Err(e)) => return Err(e.into()),
         None => {
             let outcome = TurnOutcome::new(TurnStatus::Failed {
-                code: codes::CANCELLED.to_owned(),
+                code: ABORTED_CODE.to_owned(),
                 detail: Some(ABORTED.to_owned()),
             });
             (Some(outcome), Leftovers::default())

@@ -50,6 +50,19 @@ pub struct ChildConfig {
     /// (a late [`Child::stop`] or drop) could reach a stranger. After this kill, later stops and drops signal only
     /// what is still ours. With `false`, orphans live until [`Child::stop`] or the drop of the [`Child`].
     pub kill_orphans_after_drain: bool,
+    /// Linux: the direct child gets SIGKILL when the thread that spawned it ends — in practice when this process
+    /// dies, even by SIGKILL (`prctl(PR_SET_PDEATHSIG, SIGKILL)`, set between fork and exec; a parent that died
+    /// before that point is detected and the spawn fails). Default `false`. Ignored on other platforms.
+    ///
+    /// SIGKILL rather than SIGTERM: nothing is left to run the stop ladder, and a child that ignores SIGTERM (or a
+    /// slow graceful exit) would keep writing to its session while a new host starts the next turn on it. Only the
+    /// direct child is reached: grandchildren that it does not end are reparented and live on. Caveats, why it is
+    /// off by default: the signal follows the spawning *thread*, so spawn from a thread that lives as long as the
+    /// child (a runtime worker, not a short-lived blocking-pool thread); and the pre-exec hook makes the standard
+    /// library spawn with fork + `execvp` instead of `posix_spawn`, so a file the kernel cannot execute
+    /// (`ENOEXEC`: no `#!` line, an unknown format) is run by `/bin/sh` instead of failing with `not_executable`.
+    /// Turn it on for programs that were validated as executables (the host's agents).
+    pub kill_on_parent_death: bool,
 }
 
 impl Default for ChildConfig {
@@ -61,6 +74,7 @@ impl Default for ChildConfig {
             read_chunk_bytes: 64 * 1024,
             late_drain_max_bytes: 1024 * 1024,
             kill_orphans_after_drain: true,
+            kill_on_parent_death: false,
         }
     }
 }

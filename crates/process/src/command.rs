@@ -356,6 +356,10 @@ impl Command {
             .kill_on_drop(true);
         #[cfg(unix)]
         cmd.process_group(0);
+        #[cfg(target_os = "linux")]
+        if self.config.kill_on_parent_death {
+            set_parent_death_kill(&mut cmd);
+        }
         if let Some(dir) = &self.current_dir {
             cmd.current_dir(dir);
         }
@@ -380,6 +384,29 @@ impl Command {
                 ))
             }
         }
+    }
+}
+
+/// Makes the child get SIGKILL when the spawning thread ends ([`ChildConfig::kill_on_parent_death`]).
+#[cfg(target_os = "linux")]
+fn set_parent_death_kill(cmd: &mut tokio::process::Command) {
+    let parent = rustix::process::getpid();
+    let hook = move || -> std::io::Result<()> {
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+        // The parent may have died between fork and the prctl: then the signal will never come.
+        if rustix::process::getppid() != Some(parent) {
+            return Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::SRCH.raw_os_error(),
+            ));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec. It only makes raw system calls (prctl, getppid)
+    // through rustix, which neither allocate nor take locks (async-signal-safe); the error path builds an
+    // `io::Error` from a raw OS code, which does not allocate.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(hook);
     }
 }
 

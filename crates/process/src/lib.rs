@@ -25,6 +25,9 @@
 //!   left of the group when the drain window after the exit ends is killed too
 //!   ([`ChildConfig::kill_orphans_after_drain`]), so no process of a run outlives it and the group id (the child's
 //!   pid) is retired before the OS can recycle it.
+//! - **Dies with its parent (Linux, opt-in).** With [`ChildConfig::kill_on_parent_death`] the direct child gets
+//!   `PR_SET_PDEATHSIG` = SIGKILL before exec, so a parent killed with `kill -9` does not leave it running (off by
+//!   default: see its caveats).
 //! - **Completion is the exit, never pipe close.** [`Child::wait`] resolves when the direct child exits. Stdout and
 //!   stderr are read until EOF or until exit + [`ChildConfig::drain_window`] (default 2 s), whichever comes first,
 //!   so a grandchild holding a pipe cannot hang anyone; output already in the pipe at the deadline is still

@@ -170,6 +170,30 @@ pub async fn collect(child: &mut Child) -> Output {
     }
 }
 
+/// [`collect`] for a child whose stdout was already taken: reads the rest of `stdout`, waits for the exit.
+pub async fn collect_from(child: &mut Child, stdout: &mut agentwire_process::Stdout) -> Output {
+    let work = async {
+        let mut bytes = Vec::new();
+        while let Some(item) = stdout.next().await {
+            if let StdoutItem::Bytes(b) = item {
+                bytes.extend_from_slice(&b);
+            }
+        }
+        let status = child.wait().await;
+        child.stderr_tail().finished().await;
+        (bytes, status)
+    };
+    let (bytes, status) = tokio::time::timeout(RUN_TIMEOUT, work)
+        .await
+        .expect("awp-host finished in time");
+    let (tail, _) = child.stderr_tail().snapshot();
+    Output {
+        code: status.code_or_signal(),
+        stdout: String::from_utf8(bytes).expect("utf-8 stdout"),
+        stderr: String::from_utf8_lossy(&tail).into_owned(),
+    }
+}
+
 /// Reads stdout until `needle` appeared; returns what was read so far (the rest stays in `stdout`).
 pub async fn read_until(stdout: &mut agentwire_process::Stdout, needle: &str) -> String {
     let work = async {
