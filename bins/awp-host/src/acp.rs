@@ -8,8 +8,10 @@ use agentwire_acp::schema::{
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     SelectedPermissionOutcome,
 };
+use agentwire_awp::control::PermissionAnswer;
 use agentwire_host::acp_turn::{AcpPermissions, reject_outcome};
 use agentwire_host::store::escape_controls;
+use agentwire_host::tool_permissions::{ToolPermissionRequest, ToolPermissions};
 
 use crate::Failure;
 use crate::exit::Exit;
@@ -39,6 +41,64 @@ pub fn permissions(yes: bool) -> AcpPermissions {
             }
         })
     })
+}
+
+/// The policy for Claude Code's `can_use_tool` control requests (stream-json agents with `control_protocol` on),
+/// the same as [`permissions`] for ACP: `--yes` allows ([`ToolPermissions::allow`]); otherwise a TTY stdin is
+/// asked on the terminal, showing the tool and its input (escaped, bounded); otherwise denied (fail closed).
+pub fn tool_permissions(yes: bool) -> ToolPermissions {
+    if yes {
+        return ToolPermissions::allow();
+    }
+    if !std::io::stdin().is_terminal() {
+        return ToolPermissions::deny();
+    }
+    let terminal = Arc::new(tokio::sync::Mutex::new(()));
+    ToolPermissions::new(move |request| {
+        let terminal = terminal.clone();
+        Box::pin(async move {
+            let _turn = terminal.lock().await;
+            match tokio::task::spawn_blocking(move || ask_tool(&request)).await {
+                Ok(Some(answer)) => answer,
+                _ => PermissionAnswer::Deny(DENIED_BY_USER.to_owned()),
+            }
+        })
+    })
+}
+
+/// Message of a `can_use_tool` request the user did not allow.
+pub const DENIED_BY_USER: &str = "denied by the user in awp-host";
+
+/// The question for a `can_use_tool` request: tool name and input JSON, each cut to [`MAX_SHOWN_CHARS`] and
+/// escaped for the terminal like [`question`].
+pub fn tool_question(request: &ToolPermissionRequest) -> String {
+    format!(
+        "\nawp-host: the agent asks to use tool {} with input {}\nallow? [y/N] ",
+        shown(&request.tool_name),
+        shown(&request.input.to_string())
+    )
+}
+
+/// `y` / `yes` (any case, surrounding blanks ignored) allows; anything else denies.
+pub fn tool_choice(answer: &str) -> PermissionAnswer {
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => PermissionAnswer::Allow,
+        _ => PermissionAnswer::Deny(DENIED_BY_USER.to_owned()),
+    }
+}
+
+fn ask_tool(request: &ToolPermissionRequest) -> Option<PermissionAnswer> {
+    let mut err = std::io::stderr().lock();
+    err.write_all(tool_question(request).as_bytes()).ok()?;
+    err.flush().ok()?;
+    drop(err);
+    let mut line = String::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_ANSWER_BYTES)
+        .read_line(&mut line)
+        .ok()?;
+    (read > 0).then(|| tool_choice(&line))
 }
 
 /// Most characters of one agent-supplied text (tool-call id, title, option name) shown in a permission question;
@@ -195,6 +255,31 @@ pub async fn check(
 mod tests {
     use super::*;
     use agentwire_acp::schema::{ToolCallUpdate, ToolCallUpdateFields};
+
+    #[test]
+    fn a_tool_permission_question_shows_tool_and_input_escaped_and_only_yes_allows() {
+        let request = ToolPermissionRequest {
+            tool_name: "Bash\u{1b}[2J".to_owned(),
+            input: serde_json::json!({"command": "rm -rf x\n\u{202e}"}),
+        };
+        let q = tool_question(&request);
+        assert!(q.contains("tool Bash\\u{1b}[2J with input"), "{q}");
+        assert!(!q.contains('\u{1b}') && !q.contains('\u{202e}'), "{q}");
+        assert!(q.contains(r#"{"command":"rm -rf x\n"#), "{q}");
+        let long = ToolPermissionRequest {
+            tool_name: "T".to_owned(),
+            input: serde_json::json!("x".repeat(MAX_SHOWN_CHARS * 2)),
+        };
+        assert!(tool_question(&long).contains('…'));
+        assert_eq!(tool_choice(" Yes\n"), PermissionAnswer::Allow);
+        assert_eq!(tool_choice("y"), PermissionAnswer::Allow);
+        for no in ["", "n", "1", "yess"] {
+            assert_eq!(
+                tool_choice(no),
+                PermissionAnswer::Deny(DENIED_BY_USER.to_owned())
+            );
+        }
+    }
 
     fn request() -> RequestPermissionRequest {
         RequestPermissionRequest::new(

@@ -293,6 +293,7 @@ async fn chat(
         first_output_timeout: args.first_output_timeout,
         cwd: Some(cwd),
         acp_permissions: crate::acp::permissions(args.yes),
+        tool_permissions: crate::acp::tool_permissions(args.yes),
         ..TurnOptions::default()
     };
     if interactive {
@@ -726,7 +727,7 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             let mut launch = agent.launch.clone();
             launch
                 .prefix_args
-                .extend(agent.extra_args().iter().map(|a| (*a).to_owned()));
+                .extend(agent.extra_args().into_iter().map(str::to_owned));
             (
                 launch,
                 agent.protocol == agentwire_host::agents::AgentProtocol::Acp,

@@ -17,6 +17,7 @@
 
 mod borrowed;
 pub mod conformance;
+pub mod control;
 pub mod event;
 pub mod input;
 pub mod launch;
@@ -32,5 +33,7 @@ pub use machine::{
     Action, Counters, ExitInfo, Limits, MachineConfig, StdoutDecoder, TurnMachine, TurnRejected,
 };
 pub use normalized::{NormalizedEvent, TurnOutcome, TurnStatus, Usage, codes};
-pub use session::{AgentSession, Diagnostics, SessionOptions, SpawnError, TurnError};
+pub use session::{
+    AgentSession, ControlError, Diagnostics, SessionItem, SessionOptions, SpawnError, TurnError,
+};
 pub use session_id::{InvalidSessionId, MAX_SESSION_ID_BYTES, SessionId};

@@ -62,6 +62,7 @@ use agentwire_jsonl::{Frame, JsonlDecoder};
 use bytes::BytesMut;
 use serde_json::Value;
 
+use crate::control::ControlMessage;
 use crate::event::{Delta, MessageBlock, OutputEvent, ReportedSessionId, ResultEvent, StreamEvent};
 use crate::normalized::codes;
 use crate::{NormalizedEvent, Protocol, SessionId, TurnOutcome, TurnStatus, Usage};
@@ -106,6 +107,10 @@ pub struct MachineConfig {
     pub idle_timeout: Option<Duration>,
     /// The id passed with `--resume`, if any: a different reported id yields a `session_id_changed` notice.
     pub resumed_from: Option<SessionId>,
+    /// Claude Code's control protocol is spoken ([`crate::control`]): `control_request` / `control_response` /
+    /// `control_cancel_request` lines are queued for [`TurnMachine::poll_control`] at any time (inside a turn
+    /// or not) instead of becoming notices, and they count as no output of a turn. Default `false`.
+    pub control_protocol: bool,
 }
 
 impl MachineConfig {
@@ -378,6 +383,7 @@ pub struct TurnMachine {
     actions: VecDeque<Action>,
     counters: Counters,
     first_malformed_line: Option<String>,
+    control: VecDeque<ControlMessage>,
 }
 
 /// Longest [`TurnMachine::first_malformed_line`] kept, in characters (longer lines are cut with `…`).
@@ -397,7 +403,18 @@ impl TurnMachine {
             actions: VecDeque::new(),
             counters: Counters::default(),
             first_malformed_line: None,
+            control: VecDeque::new(),
         }
+    }
+
+    /// The next queued control-protocol message ([`MachineConfig::control_protocol`]).
+    pub fn poll_control(&mut self) -> Option<ControlMessage> {
+        self.control.pop_front()
+    }
+
+    /// True while a control-protocol message is queued.
+    pub fn has_control(&self) -> bool {
+        !self.control.is_empty()
     }
 
     /// The configuration.
@@ -454,6 +471,12 @@ impl TurnMachine {
     pub fn handle_line(&mut self, line: &[u8], now: Instant) {
         if line.len() > self.config.limits.max_line_bytes {
             self.handle_line_too_long(line.len() as u64, now);
+            return;
+        }
+        if self.config.control_protocol
+            && let Some(message) = ControlMessage::parse(line)
+        {
+            self.control.push_back(message);
             return;
         }
         if !self.accept_output(now) {

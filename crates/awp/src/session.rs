@@ -5,6 +5,7 @@
 //! `agentwire-process`), writes the one stdin line per turn, waits for frames/exit/deadlines and runs the stop
 //! ladder (`protocols/awp.md` "Stop": close stdin → 5 s → SIGTERM group → 3 s → SIGKILL group).
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use agentwire_process::{
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use crate::control::{self, ControlMessage};
 use crate::machine::{
     Action, Counters, ExitInfo, Limits, MachineConfig, StdoutDecoder, TurnMachine, TurnRejected,
 };
@@ -36,6 +38,10 @@ pub struct SessionOptions {
     /// The session id passed with `--resume`, if any (a different reported id yields a `session_id_changed`
     /// notice). Default `None`.
     pub resumed_from: Option<SessionId>,
+    /// Speak Claude Code's control protocol ([`crate::control`]): control lines are read with
+    /// [`AgentSession::next_item`] and requests sent with [`AgentSession::initialize`] /
+    /// [`AgentSession::interrupt`]. Default `false`.
+    pub control_protocol: bool,
 }
 
 impl Default for SessionOptions {
@@ -50,6 +56,7 @@ impl Default for SessionOptions {
             child: ChildConfig::default(),
             stop_plan,
             resumed_from: None,
+            control_protocol: false,
         }
     }
 }
@@ -134,6 +141,63 @@ pub struct AgentSession {
     stop_plan: StopPlan,
     exit: Option<ExitStatus>,
     stop_pending: bool,
+    /// Control requests written so far (numbers the request ids).
+    requests_sent: u64,
+    /// Control messages read while waiting for another one's answer, handed out by `next_item` first.
+    deferred: VecDeque<ControlMessage>,
+}
+
+/// What [`AgentSession::next_item`] yields.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum SessionItem {
+    /// An event of the running turn.
+    Event(NormalizedEvent),
+    /// A control-protocol message (only with [`SessionOptions::control_protocol`]).
+    Control(ControlMessage),
+}
+
+/// Why a control request of the host failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControlError {
+    /// The request could not be written to the agent's stdin.
+    #[error("writing the control request to the agent's stdin failed: {0}")]
+    Write(#[from] StdinError),
+    /// The agent answered with an error `control_response`.
+    #[error("the agent refused the `{subtype}` control request: {error}")]
+    Refused {
+        /// The request's subtype.
+        subtype: &'static str,
+        /// The agent's error text (bounded to 200 characters).
+        error: String,
+    },
+    /// No `control_response` within the bound.
+    #[error("no answer to the `{subtype}` control request within {} s", .timeout.as_secs())]
+    Timeout {
+        /// The request's subtype.
+        subtype: &'static str,
+        /// The bound.
+        timeout: Duration,
+    },
+    /// The agent exited before answering.
+    #[error("the agent exited before answering the `{subtype}` control request")]
+    Exited {
+        /// The request's subtype.
+        subtype: &'static str,
+    },
+}
+
+impl ControlError {
+    /// Stable code: `control_write_failed`, `control_request_refused`, `control_timeout`, `agent_exited`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ControlError::Write(_) => "control_write_failed",
+            ControlError::Refused { .. } => "control_request_refused",
+            ControlError::Timeout { .. } => "control_timeout",
+            ControlError::Exited { .. } => "agent_exited",
+        }
+    }
 }
 
 fn now() -> std::time::Instant {
@@ -175,6 +239,7 @@ impl AgentSession {
             limits: options.limits,
             idle_timeout: options.idle_timeout,
             resumed_from: options.resumed_from,
+            control_protocol: options.control_protocol,
         });
         Ok(AgentSession {
             child,
@@ -184,6 +249,8 @@ impl AgentSession {
             stop_plan: options.stop_plan,
             exit: None,
             stop_pending: false,
+            requests_sent: 0,
+            deferred: VecDeque::new(),
         })
     }
 
@@ -232,6 +299,97 @@ impl AgentSession {
             }
             self.wait_and_handle().await;
         }
+    }
+
+    /// The next event of the current turn or control message ([`SessionOptions::control_protocol`]); `None`
+    /// when no turn is running and no control message is queued. Control messages that arrive outside a turn
+    /// are handed out at the next call. Cancel-safe like [`next_event`](Self::next_event).
+    pub async fn next_item(&mut self) -> Option<SessionItem> {
+        loop {
+            self.run_actions().await;
+            if let Some(message) = self
+                .deferred
+                .pop_front()
+                .or_else(|| self.machine.poll_control())
+            {
+                return Some(SessionItem::Control(message));
+            }
+            if let Some(event) = self.machine.poll_event() {
+                return Some(SessionItem::Event(event));
+            }
+            if !self.machine.in_turn() {
+                return None;
+            }
+            self.wait_and_handle().await;
+        }
+    }
+
+    /// True when the session speaks the control protocol ([`SessionOptions::control_protocol`]).
+    pub fn control_protocol(&self) -> bool {
+        self.machine.config().control_protocol
+    }
+
+    /// Writes one control-protocol line (built with [`crate::control`]) to the agent's stdin.
+    ///
+    /// # Errors
+    /// [`StdinError`] when the write fails.
+    pub async fn write_control(&mut self, line: &str) -> Result<(), StdinError> {
+        self.child.stdin().write_line(line.as_bytes()).await
+    }
+
+    fn next_request_id(&mut self) -> String {
+        self.requests_sent += 1;
+        control::request_id(self.requests_sent, self.child.id().unwrap_or(0))
+    }
+
+    /// Sends `initialize` and waits at most `timeout` for its `control_response` (other control messages read
+    /// meanwhile are kept for [`next_item`](Self::next_item)). Returns the agent's `response` object (its
+    /// commands, models, account…). Call before the first turn.
+    ///
+    /// # Errors
+    /// [`ControlError`]: write failure, an error answer, the timeout, or the agent's exit.
+    pub async fn initialize(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, ControlError> {
+        const SUBTYPE: &str = "initialize";
+        let id = self.next_request_id();
+        self.write_control(&control::initialize_line(&id)).await?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            while let Some(message) = self.machine.poll_control() {
+                match message {
+                    ControlMessage::Response { request_id, result } if request_id == id => {
+                        return result.map_err(|error| ControlError::Refused {
+                            subtype: SUBTYPE,
+                            error: error.chars().take(200).collect(),
+                        });
+                    }
+                    other => self.deferred.push_back(other),
+                }
+            }
+            if self.exit.is_some() || self.machine.has_exited() {
+                return Err(ControlError::Exited { subtype: SUBTYPE });
+            }
+            tokio::select! {
+                () = self.wait_and_handle() => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(ControlError::Timeout { subtype: SUBTYPE, timeout });
+                }
+            }
+        }
+    }
+
+    /// Sends `interrupt` (the running turn should end with the agent's own `result`; read it with
+    /// [`next_item`](Self::next_item), whose `control_response` to this request comes as a control message).
+    /// Returns the request id.
+    ///
+    /// # Errors
+    /// [`StdinError`] when the write fails.
+    pub async fn interrupt(&mut self) -> Result<String, StdinError> {
+        let id = self.next_request_id();
+        self.write_control(&control::interrupt_line(&id)).await?;
+        Ok(id)
     }
 
     /// Cancels the running turn: it completes with `Failed { code: "cancelled" }` (read it with

@@ -17,6 +17,8 @@
 //! remote_api_opt_in = false             # allow non-loopback http(s) URLs in args/env
 //! max_line_bytes = 4194304              # longest stdout line (JSON Lines / JSON-RPC message) accepted
 //! include_partial_messages = true       # stream-json only: token-level deltas (default true)
+//! control_protocol = true               # stream-json only: Claude Code's control protocol (default: on when
+//!                                       # the executable's file name is `claude`)
 //! ```
 
 use std::collections::BTreeMap;
@@ -131,6 +133,25 @@ pub struct AgentSpec {
     /// `agents.toml` key `include_partial_messages` (an error on agents of other protocols). Unused by
     /// `awp-jsonl` and ACP agents.
     pub include_partial_messages: bool,
+    /// `stream-json` agents only: speak Claude Code's control protocol (`agentwire_awp::control`): send
+    /// `initialize` after launch and wait for its answer (at most [`CONTROL_INITIALIZE_TIMEOUT`]), `interrupt`
+    /// on the first Ctrl-C, and launch with `--permission-prompt-tool stdio` so tool permissions are asked of the
+    /// host (`can_use_tool`). Default: on for a `stream-json` agent whose executable's file name is `claude`,
+    /// off otherwise; `agents.toml` key `control_protocol` (an error on agents of other protocols).
+    pub control_protocol: bool,
+}
+
+/// How long the host waits for the answer to its `initialize` control request: 60 s (the Python SDK's default
+/// `initialize_timeout`).
+pub const CONTROL_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long after an `interrupt` control request the host waits for the agent's `result` before it falls back
+/// to the stop ladder: 10 s.
+pub const CONTROL_INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+
+/// The default of [`AgentSpec::control_protocol`]: a `stream-json` agent whose executable is named `claude`.
+pub fn control_protocol_default(protocol: AgentProtocol, executable: &Path) -> bool {
+    protocol == AgentProtocol::StreamJson && executable.file_name().is_some_and(|n| n == "claude")
 }
 
 /// Claude Code's flag for token-level streaming in `stream-json` mode (its `stream_event` wrappers), added after
@@ -138,14 +159,20 @@ pub struct AgentSpec {
 pub const INCLUDE_PARTIAL_MESSAGES: &str = "--include-partial-messages";
 
 impl AgentSpec {
-    /// Extra launch arguments of this agent beyond [`LaunchConfig::plan`]'s: [`INCLUDE_PARTIAL_MESSAGES`] for
-    /// a `stream-json` agent with [`include_partial_messages`](Self::include_partial_messages) on; else none.
-    pub fn extra_args(&self) -> &'static [&'static str] {
-        if self.protocol == AgentProtocol::StreamJson && self.include_partial_messages {
-            &[INCLUDE_PARTIAL_MESSAGES]
-        } else {
-            &[]
+    /// Extra launch arguments of this agent beyond [`LaunchConfig::plan`]'s, for a `stream-json` agent:
+    /// [`INCLUDE_PARTIAL_MESSAGES`] with [`include_partial_messages`](Self::include_partial_messages) on, then
+    /// `--permission-prompt-tool stdio` with [`control_protocol`](Self::control_protocol) on; else none.
+    pub fn extra_args(&self) -> Vec<&'static str> {
+        let mut args = Vec::new();
+        if self.protocol == AgentProtocol::StreamJson {
+            if self.include_partial_messages {
+                args.push(INCLUDE_PARTIAL_MESSAGES);
+            }
+            if self.control_protocol {
+                args.extend(agentwire_awp::control::PERMISSION_PROMPT_TOOL_ARGS);
+            }
         }
+        args
     }
 }
 
@@ -158,6 +185,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("max_line_bytes", &self.max_line_bytes)
             .field("first_output_timeout", &self.first_output_timeout)
             .field("include_partial_messages", &self.include_partial_messages)
+            .field("control_protocol", &self.control_protocol)
             .finish()
     }
 }
@@ -384,6 +412,7 @@ struct RawEntry {
     max_line_bytes: Option<u64>,
     first_output_timeout_secs: Option<u64>,
     include_partial_messages: Option<bool>,
+    control_protocol: Option<bool>,
 }
 
 fn valid_name(name: &str) -> bool {
@@ -415,6 +444,7 @@ fn validated(
         }
         err
     })?;
+    let control_protocol = control_protocol_default(protocol, &launch.executable);
     Ok(AgentSpec {
         name: name.to_owned(),
         protocol,
@@ -422,6 +452,7 @@ fn validated(
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         first_output_timeout: Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
         include_partial_messages: true,
+        control_protocol,
     })
 }
 
@@ -530,7 +561,15 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
                 message: "include_partial_messages applies to stream-json agents only".to_owned(),
             });
         }
+        if raw.control_protocol.is_some() && protocol != AgentProtocol::StreamJson {
+            return Err(ConfigError::InvalidEntry {
+                message: "control_protocol applies to stream-json agents only".to_owned(),
+            });
+        }
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
+        if let Some(on) = raw.control_protocol {
+            spec.control_protocol = on;
+        }
         spec.max_line_bytes = max_line_bytes;
         spec.first_output_timeout = first_output_timeout;
         spec.include_partial_messages = raw.include_partial_messages.unwrap_or(true);
@@ -893,9 +932,55 @@ mod tests {
         let s = setup(Some(&text));
         let reg = load(&s, &[]).unwrap();
         let args = |name: &str| reg.resolve(Some(name)).map(AgentSpec::extra_args);
-        assert_eq!(args("on").unwrap(), &[INCLUDE_PARTIAL_MESSAGES]);
+        assert_eq!(args("on").unwrap(), [INCLUDE_PARTIAL_MESSAGES]);
         assert!(args("off").unwrap().is_empty());
         assert!(args("awp").unwrap().is_empty());
+        assert_eq!(args("wrong").unwrap_err().code(), "agent_entry_invalid");
+    }
+
+    #[test]
+    fn control_protocol_defaults_on_for_an_executable_named_claude_only() {
+        use std::path::Path;
+        let json = AgentProtocol::StreamJson;
+        assert!(control_protocol_default(json, Path::new("/opt/bin/claude")));
+        assert!(!control_protocol_default(
+            json,
+            Path::new("/opt/bin/claude-code")
+        ));
+        assert!(!control_protocol_default(
+            json,
+            Path::new("/opt/claude/agent")
+        ));
+        assert!(!control_protocol_default(
+            AgentProtocol::AwpJsonl,
+            Path::new("/opt/bin/claude")
+        ));
+        let entry = |name: &str, protocol: &str, key: Option<bool>| {
+            let key = key
+                .map(|b| format!("control_protocol = {b}\ninclude_partial_messages = false\n"))
+                .unwrap_or_else(|| "include_partial_messages = false\n".to_owned());
+            let key = if protocol == "stream-json" {
+                key
+            } else {
+                key.replace("include_partial_messages = false\n", "")
+            };
+            format!(
+                "[[agents]]\nname = \"{name}\"\nprotocol = \"{protocol}\"\nexecutable = \"$EXE\"\n{key}"
+            )
+        };
+        let text = [
+            entry("named-other", "stream-json", None),
+            entry("on", "stream-json", Some(true)),
+            entry("wrong", "acp", Some(true)),
+        ]
+        .concat();
+        let s = setup(Some(&text));
+        let reg = load(&s, &[]).unwrap();
+        let args = |name: &str| reg.resolve(Some(name)).map(AgentSpec::extra_args);
+        // The fixture's executable is not named `claude`: off unless asked for.
+        assert!(args("named-other").unwrap().is_empty());
+        assert_eq!(args("on").unwrap(), ["--permission-prompt-tool", "stdio"]);
+        assert!(reg.resolve(Some("on")).unwrap().control_protocol);
         assert_eq!(args("wrong").unwrap_err().code(), "agent_entry_invalid");
     }
 

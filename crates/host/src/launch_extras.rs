@@ -194,6 +194,7 @@ mod tests {
             max_line_bytes: 1024,
             first_output_timeout: None,
             include_partial_messages: false,
+            control_protocol: false,
         }
     }
 

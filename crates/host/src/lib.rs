@@ -19,6 +19,7 @@ pub mod launch_extras;
 pub mod paths;
 pub mod store;
 pub mod tasks;
+pub mod tool_permissions;
 pub mod turn;
 
 pub use agents::{AgentEntry, AgentError, AgentProtocol, AgentRegistry, AgentSpec, ConfigError};

@@ -10,19 +10,23 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use agentwire_awp::control::{self, ControlMessage};
 use agentwire_awp::{
-    AgentSession, ContentBlock, LaunchError, LaunchPlan, NormalizedEvent, SessionId,
+    AgentSession, ContentBlock, LaunchError, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
 use crate::acp_turn::{AcpPermissions, AcpRunner, SESSION_NOT_RESUMED};
-use crate::agents::{AgentProtocol, AgentSpec};
+use crate::agents::{
+    AgentProtocol, AgentSpec, CONTROL_INITIALIZE_TIMEOUT, CONTROL_INTERRUPT_GRACE,
+};
 use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
     NewRun, PendingText, RunEnd, RunGuard, RunStatus, RunUsage, Store, StoreError, ThreadChoice,
     bounded_line, escape_controls,
 };
+use crate::tool_permissions::{ToolPermissionRequest, ToolPermissions};
 
 /// Code of a run whose agent reported an invalid session id: the thread could not be resumed, so the host treats
 /// the turn as a protocol violation even when the agent reported success.
@@ -48,6 +52,9 @@ pub struct TurnOptions {
     pub max_tool_summary_chars: usize,
     /// How ACP agents' permission requests are answered. Default [`AcpPermissions::reject`] (fail closed).
     pub acp_permissions: AcpPermissions,
+    /// How `can_use_tool` control requests of a stream-json agent with
+    /// [`AgentSpec::control_protocol`] on are answered. Default [`ToolPermissions::deny`] (fail closed).
+    pub tool_permissions: ToolPermissions,
     /// Aborts the turn at once when the value becomes `true` (a second Ctrl-C): the agent's process group is
     /// killed with SIGKILL (no stdin EOF, no grace) and the run is recorded `cancelled` with error code
     /// [`ABORTED_CODE`] and detail [`ABORTED`].
@@ -103,6 +110,13 @@ pub const ABORTED: &str = "the agent's process group was killed";
 /// Error code of a run ended by [`TurnOptions::abort`] (a second Ctrl-C); its status is
 /// [`RunStatus::Cancelled`].
 pub const ABORTED_CODE: &str = "aborted";
+
+/// Code of a run whose stream-json agent did not answer the host's `initialize` control request (an error answer,
+/// no answer within [`CONTROL_INITIALIZE_TIMEOUT`], or an exit first); the detail says which.
+pub const CONTROL_INITIALIZE_FAILED: &str = "control_initialize_failed";
+
+/// Detail of a run cancelled with the control protocol's `interrupt` and ended by the agent's own `result`.
+pub const INTERRUPTED: &str = "interrupted: the agent ended the turn and stays usable";
 
 /// Resolves once `abort` holds `true`; never when it is `None` or its sender is gone without aborting.
 async fn abort_requested(abort: Option<tokio::sync::watch::Receiver<bool>>) {
@@ -201,6 +215,7 @@ impl Default for TurnOptions {
             text_flush_bytes: 4096,
             max_tool_summary_chars: 120,
             acp_permissions: AcpPermissions::default(),
+            tool_permissions: ToolPermissions::default(),
             abort: None,
             on_run_recorded: None,
         }
@@ -369,9 +384,74 @@ impl AgentRunner {
         session_options.limits.max_line_bytes = agent.max_line_bytes;
         // The agent dies with the host (Linux): see `ChildConfig::kill_on_parent_death`.
         session_options.child.kill_on_parent_death = true;
-        match AgentSession::spawn(plan, session_options).await {
-            Ok(session) => Ok(AgentRunner::Awp(Box::new(session))),
-            Err(e) => Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
+        let control = agent.protocol == AgentProtocol::StreamJson && agent.control_protocol;
+        session_options.control_protocol = control;
+        let mut session = match AgentSession::spawn(plan, session_options).await {
+            Ok(session) => session,
+            Err(e) => return Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
+        };
+        if control && let Err(e) = session.initialize(CONTROL_INITIALIZE_TIMEOUT).await {
+            session.stop().await;
+            return Err((
+                CONTROL_INITIALIZE_FAILED.to_owned(),
+                format!("{} ({})", e, e.code()),
+            ));
+        }
+        Ok(AgentRunner::Awp(Box::new(session)))
+    }
+
+    /// True when the agent speaks Claude Code's control protocol.
+    fn control(&self) -> bool {
+        matches!(self, AgentRunner::Awp(session) if session.control_protocol())
+    }
+
+    /// Sends `interrupt`; `false` when it could not be written (the caller falls back to the stop ladder).
+    async fn interrupt(&mut self) -> bool {
+        match self {
+            AgentRunner::Awp(session) => session.interrupt().await.is_ok(),
+            AgentRunner::Acp(_) => false,
+        }
+    }
+
+    /// Answers one control message of the agent: `can_use_tool` through `permissions`, any other request with
+    /// an error response; answers to the host's own requests and withdrawn requests need nothing.
+    async fn answer_control(&mut self, message: ControlMessage, permissions: &ToolPermissions) {
+        let AgentRunner::Awp(session) = self else {
+            return;
+        };
+        let ControlMessage::Request {
+            request_id,
+            subtype,
+            request,
+        } = message
+        else {
+            return;
+        };
+        let line = if subtype == "can_use_tool" {
+            let input = request.get("input").cloned().unwrap_or_default();
+            let tool_name = request
+                .get("tool_name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let answer = permissions
+                .decide(ToolPermissionRequest {
+                    tool_name,
+                    input: input.clone(),
+                })
+                .await;
+            control::permission_line(&request_id, &input, &answer)
+        } else {
+            control::error_line(
+                &request_id,
+                &format!(
+                    "awp-host does not support the `{}` control request",
+                    bounded_line(&subtype, 64)
+                ),
+            )
+        };
+        if let Err(e) = session.write_control(&line).await {
+            tracing::warn!(%e, "answering a control request failed");
         }
     }
 
@@ -401,10 +481,10 @@ impl AgentRunner {
         }
     }
 
-    async fn next_event(&mut self) -> Option<NormalizedEvent> {
+    async fn next_item(&mut self) -> Option<SessionItem> {
         match self {
-            AgentRunner::Awp(session) => session.next_event().await,
-            AgentRunner::Acp(runner) => runner.next_event().await,
+            AgentRunner::Awp(session) => session.next_item().await,
+            AgentRunner::Acp(runner) => runner.next_event().await.map(SessionItem::Event),
         }
     }
 
@@ -792,7 +872,7 @@ async fn run_turn_inner(
         source,
     })?;
     plan.args
-        .extend(agent.extra_args().iter().map(|a| (*a).to_owned()));
+        .extend(agent.extra_args().into_iter().map(str::to_owned));
 
     // The process kept for this thread and agent, if any; a process for anything else is stopped.
     let mut kept = None;
@@ -942,6 +1022,9 @@ async fn run_turn_inner(
         }
         let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
+        // Set while an `interrupt` control request waits for the agent's `result`: the stop ladder's start.
+        let mut interrupt_due: Option<tokio::time::Instant> = None;
+        let mut interrupted = false;
         let mut outcome: Option<TurnOutcome> = None;
         // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
         let mut first_output = match agent.protocol {
@@ -954,14 +1037,28 @@ async fn run_turn_inner(
         }
         .map(|t| (t, tokio::time::Instant::now() + t));
         loop {
-            let event = if cancelled {
-                runner.next_event().await
+            let item = if cancelled {
+                tokio::select! {
+                    item = runner.next_item() => item,
+                    () = first_output_due(interrupt_due) => {
+                        // No `result` within the grace: the stop ladder after all.
+                        interrupt_due = None;
+                        interrupted = false;
+                        runner.cancel().await;
+                        continue;
+                    }
+                }
             } else {
                 tokio::select! {
-                    event = runner.next_event() => event,
+                    item = runner.next_item() => item,
                     () = &mut cancel => {
                         cancelled = true;
-                        runner.cancel().await;
+                        if runner.control() && runner.interrupt().await {
+                            interrupted = true;
+                            interrupt_due = Some(tokio::time::Instant::now() + CONTROL_INTERRUPT_GRACE);
+                        } else {
+                            runner.cancel().await;
+                        }
                         continue;
                     }
                     () = first_output_due(first_output.map(|(_, at)| at)) => {
@@ -975,7 +1072,17 @@ async fn run_turn_inner(
                 }
             };
             first_output = None;
-            let Some(event) = event else { break };
+            let event = match item {
+                Some(SessionItem::Event(event)) => event,
+                Some(SessionItem::Control(message)) => {
+                    runner
+                        .answer_control(message, &options.tool_permissions)
+                        .await;
+                    continue;
+                }
+                Some(_) => continue,
+                None => break,
+            };
             if let Err(e) = recorder.record(&event) {
                 runner.cancel().await;
                 runner.finish().await;
@@ -986,6 +1093,13 @@ async fn run_turn_inner(
                 outcome = Some(o);
                 break;
             }
+        }
+        // The agent ended an interrupted turn with its own `result`: a cancel, whatever its subtype says.
+        if interrupted && let Some(o) = outcome.as_mut() {
+            o.status = TurnStatus::Failed {
+                code: codes::CANCELLED.to_owned(),
+                detail: Some(INTERRUPTED.to_owned()),
+            };
         }
         if keep && runner.reusable() {
             let left = runner.leftovers();
