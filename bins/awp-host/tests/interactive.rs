@@ -282,3 +282,51 @@ async fn a_stream_json_agent_takes_every_turn_on_one_process() {
     tmux.send(&["C-d"]).await;
     tmux.wait_count("EXITED=0", 1).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_interrupts_claude_code_and_the_same_process_takes_the_next_line() {
+    let host = Host::new();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"cc\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\ncontrol_protocol = true\n",
+        agentwire_testkit::bin_path("claude-fixture").display()
+    ));
+    let tmux = Tmux::start(&host, &["chat", "--agent", "cc"]).await;
+    tmux.wait_count("interactive session", 1).await;
+    tmux.line("pid").await;
+    tmux.wait_count("turn=1 initialized=true", 1).await;
+    tmux.line("slow").await;
+    tmux.wait_count("working", 1).await;
+    tmux.send(&["C-c"]).await;
+    tmux.wait_count("cancelled (cancelled)", 1).await;
+    tmux.line("pid").await;
+    let pane = tmux.wait_count("turn=3 initialized=true", 1).await;
+    assert!(
+        !pane.contains("a new agent process resumed"),
+        "the interrupted process stayed: {pane}"
+    );
+    let pids: Vec<&str> = pane
+        .lines()
+        .filter_map(|l| l.split("pid=").nth(1)?.split_whitespace().next())
+        .collect();
+    assert_eq!(pids.len(), 2, "{pane}");
+    assert_eq!(
+        pids[0], pids[1],
+        "one process before and after the interrupt: {pane}"
+    );
+    tmux.send(&["C-d"]).await;
+    tmux.wait_count("EXITED=0", 1).await;
+
+    let threads = host.run(&["threads", "list", "--json"]).await.json();
+    let detail = host.thread(threads[0]["id"].as_str().unwrap()).await;
+    let runs = detail["runs"].as_array().expect("runs");
+    let statuses: Vec<_> = runs.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        ["succeeded", "cancelled", "succeeded"],
+        "{detail}"
+    );
+    assert!(
+        runs.iter().all(|r| r["resumed_session_id"].is_null()),
+        "{detail}"
+    );
+}

@@ -524,6 +524,8 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
         let mut executable = raw.executable.ok_or(ConfigError::MissingField {
             field: "executable",
         })?;
+        // A link named `claude` (Claude Code's usual install) counts as Claude Code, wherever it points.
+        let named_claude = control_protocol_default(protocol, &executable);
         if let Some(resolved) = resolved {
             executable = resolved?;
         }
@@ -567,9 +569,9 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
             });
         }
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
-        if let Some(on) = raw.control_protocol {
-            spec.control_protocol = on;
-        }
+        spec.control_protocol = raw
+            .control_protocol
+            .unwrap_or(spec.control_protocol || named_claude);
         spec.max_line_bytes = max_line_bytes;
         spec.first_output_timeout = first_output_timeout;
         spec.include_partial_messages = raw.include_partial_messages.unwrap_or(true);
