@@ -136,13 +136,18 @@ messages are kept apart by a blank line; tool use as one-line summaries (`⚙ Ba
 the status line (status, tokens, cost when reported, duration, thread and run ids) and errors go to stderr.
 A thread remembers the directory it was started in (or --cwd): every turn runs the agent there, from
 wherever awp-host is run; when that directory is gone the turn is refused (thread_cwd_missing, exit 3).
+Claude Code (a stream-json agent whose executable is named `claude`, or `control_protocol = true` in
+agents.toml) is driven with its control protocol: `initialize` after launch, `interrupt` on Ctrl-C (the turn
+ends with Claude's result, the process stays for the next turn), and tool permissions asked of awp-host
+(--permission-prompt-tool stdio): --yes allows, a terminal asks (tool and input shown), otherwise denied.
 Ctrl-C, SIGTERM or SIGHUP cancels the turn (recorded `cancelled`, exit 7); a second one kills the agent's
 process group at once, records the run (cancelled, code aborted), prints its thread and run ids and exits 130.
 A thread with a turn running elsewhere is refused (thread_busy, exit 3).
 
 Without PROMPT on a terminal, chat opens an interactive session: one agent process serves every turn,
 each line is a turn stored in the thread, Ctrl-C cancels the running turn (the next line restarts the agent
-and resumes its session), Ctrl-D or /exit ends; /thread prints the ids, /new starts a new thread.
+and resumes its session; Claude Code with the control protocol is interrupted and keeps its process),
+Ctrl-D or /exit ends; /thread prints the ids, /new starts a new thread.
 Line history is kept in <data dir>/history.";
 
 /// `chat` arguments.
@@ -190,7 +195,8 @@ pub struct ChatArgs {
     #[arg(long)]
     pub jsonl: bool,
     /// ACP agents: allow this turn's permission requests once (an `allow_once` option; `allow_always` only when
-    /// it is the only allow offered) [default: ask on a terminal stdin, else reject]
+    /// it is the only allow offered); Claude Code with the control protocol: allow its tool uses (`can_use_tool`)
+    /// [default: ask on a terminal stdin, else reject]
     #[arg(long)]
     pub yes: bool,
     /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m`; at least 1s

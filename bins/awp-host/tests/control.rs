@@ -106,7 +106,8 @@ async fn a_refused_or_unanswered_initialize_fails_the_turn_with_a_typed_error() 
     ] {
         claude_agent(&host, "cc", mode, "control_protocol = true");
         let out = host.run(&["chat", "--agent", "cc", "--json", "hi"]).await;
-        assert_ne!(out.code, 0, "{out:?}");
+        // A turn that failed at the agent's startup: exit 6.
+        assert_eq!(out.code, 6, "{out:?}");
         let record = out.json();
         assert_eq!(
             record["error"]["code"], "control_initialize_failed",
@@ -147,13 +148,14 @@ async fn interrupt_after(host: &Host, agent: &str, needle: &str) -> (Value, i32)
     let mut child = host.spawn(&["chat", "--agent", agent, "--jsonl", "slow"]);
     let mut stdout = child.take_stdout().expect("stdout");
     let seen = read_until(&mut stdout, needle).await;
-    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()).unwrap();
+    let pid = child.id().expect("a running host");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("a pid")).expect("a pid");
     rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("send SIGINT");
     let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
         .await
         .expect("exit");
-    let record: Value = serde_json::from_str(rest.lines().last().unwrap())
+    let record: Value = serde_json::from_str(rest.lines().last().expect("a result line"))
         .unwrap_or_else(|e| panic!("{e}: {seen}{rest}"));
     (record, status.code.unwrap_or(-1))
 }

@@ -682,8 +682,8 @@ fn status_of(code: &str) -> RunStatus {
 /// protocol intends: each turn is one more user line on the same process's stdin, without `--resume`.
 ///
 /// Use [`run_turn_live`] for every turn, then [`stop`](Self::stop). The process is kept after a turn only when it
-/// is an `awp-jsonl`/`stream-json` agent that is alive and between turns; after a cancelled turn (the stop
-/// ladder ended it), a timeout, a line-limit violation, an exit, or for ACP agents, the next turn starts a new
+/// is an `awp-jsonl`/`stream-json` agent that is alive and between turns (also after a turn cancelled with
+/// the control protocol's `interrupt`); after a cancelled turn the stop ladder ended, a timeout, a line-limit violation, an exit, or for ACP agents, the next turn starts a new
 /// process that resumes the thread's session (`--resume`, ACP `session/load`): [`restarts`](Self::restarts)
 /// counts those. A new thread (or another agent) also starts a new process, and so does a thread on which
 /// another host recorded runs since the last turn here (the kept process has not seen them).
@@ -751,8 +751,12 @@ impl LiveAgent {
 /// each session id is stored as soon as it is reported; text is stored in batches of
 /// [`TurnOptions::text_flush_bytes`]; the run's end is committed last. Every event is passed to `observer`
 /// (including the final `TurnCompleted`) after it was recorded (text deltas into the pending batch, everything
-/// else committed). When `cancel` resolves the turn is cancelled (stop
-/// ladder) and recorded `cancelled`. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
+/// else committed). When `cancel` resolves the turn is cancelled and recorded `cancelled`: a stream-json agent
+/// with [`AgentSpec::control_protocol`] on gets an `interrupt` control request and ends the turn with its own
+/// `result` (the stop ladder after [`CONTROL_INTERRUPT_GRACE`] without one); any other agent is stopped with
+/// the stop ladder. With the control protocol on, the agent is `initialize`d right after launch
+/// ([`CONTROL_INITIALIZE_FAILED`] when that fails) and its `can_use_tool` requests are answered with
+/// [`TurnOptions::tool_permissions`]. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
 /// SIGKILL to its process group).
 ///
 /// Failures after the run was recorded (spawn failure, stdin write failure, agent error, exit mid-turn, idle
@@ -774,8 +778,9 @@ pub async fn run_turn(
 
 /// [`run_turn`] on the process `live` keeps between turns: the same recording, order and errors; the process
 /// is reused when `live` holds one for this thread and agent, and kept afterwards when it can take another turn
-/// (see [`LiveAgent`]). Cancelling a turn stops the process (the stop ladder); the next turn restarts it with
-/// `--resume`.
+/// (see [`LiveAgent`]). Cancelling a turn stops the process (the stop ladder) and the next turn restarts it with
+/// `--resume`, except for an agent with [`AgentSpec::control_protocol`] that ended the interrupted turn with its
+/// `result`: its process is kept.
 ///
 /// # Errors
 /// As [`run_turn`].
