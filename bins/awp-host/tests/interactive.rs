@@ -330,3 +330,30 @@ async fn ctrl_c_interrupts_claude_code_and_the_same_process_takes_the_next_line(
         "{detail}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_tool_permission_is_asked_on_the_terminal_showing_tool_and_input() {
+    let host = Host::new();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"cc\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\ncontrol_protocol = true\n",
+        agentwire_testkit::bin_path("claude-fixture").display()
+    ));
+    let tmux = Tmux::start(&host, &["chat", "--agent", "cc"]).await;
+    tmux.wait_count("interactive session", 1).await;
+    tmux.line("tool").await;
+    let pane = tmux.wait_count("allow? [y/N]", 1).await;
+    assert!(
+        pane.contains(r#"asks to use tool Bash with input {"command":"echo hi"}"#),
+        "{pane}"
+    );
+    tmux.line("y").await;
+    tmux.wait_count(r#"allowed: {"command":"echo hi"}"#, 1)
+        .await;
+    tmux.line("tool").await;
+    tmux.wait_count("allow? [y/N]", 2).await;
+    tmux.line("no").await;
+    tmux.wait_count("denied: denied by the user in awp-host", 1)
+        .await;
+    tmux.send(&["C-d"]).await;
+    tmux.wait_count("EXITED=0", 1).await;
+}
