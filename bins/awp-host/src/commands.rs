@@ -723,11 +723,18 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
                 };
                 Failure::from_error(exit, e.code(), &e)
             })?;
-            // As `chat` launches it (`--include-partial-messages` for a stream-json agent, unless turned off).
+            // As `chat` launches it (`--include-partial-messages` for a stream-json agent, unless turned off),
+            // except `--permission-prompt-tool stdio`: the check does not speak the control protocol, so nobody
+            // would answer the agent's `can_use_tool` requests.
             let mut launch = agent.launch.clone();
-            launch
-                .prefix_args
-                .extend(agent.extra_args().into_iter().map(str::to_owned));
+            let permission_args = agentwire_awp::control::PERMISSION_PROMPT_TOOL_ARGS;
+            launch.prefix_args.extend(
+                agent
+                    .extra_args()
+                    .into_iter()
+                    .filter(|a| !permission_args.contains(a))
+                    .map(str::to_owned),
+            );
             (
                 launch,
                 agent.protocol == agentwire_host::agents::AgentProtocol::Acp,
