@@ -214,11 +214,11 @@ async fn ctrl_c_cancels_the_running_turn_and_the_next_turn_resumes_in_a_new_proc
     tmux.wait_count("cancelled (cancelled)", 1).await;
     // The prompt is back: the next line is a turn on a new process that resumed the session.
     tmux.line("pid").await;
-    let pane = tmux.wait_count("turn=1", 2).await;
-    assert!(
-        pane.contains("a new agent process resumed the thread's session"),
-        "{pane}"
-    );
+    tmux.wait_count("turn=1", 2).await;
+    // Said once the turn has ended (after its output), so wait for it rather than reading the pane at `turn=1`.
+    let pane = tmux
+        .wait_count("a new agent process resumed the thread's session", 1)
+        .await;
     let turns = pid_turns(&pane);
     assert_eq!(turns.len(), 2, "{pane}");
     assert_ne!(turns[0].0, turns[1].0, "the cancelled process was replaced");
