@@ -34,13 +34,16 @@ use agentwire_local_control::limits::{
 use base64::Engine as _;
 use serde_json::Value;
 
-/// (deepest nesting, object keys, values) of `value`, counted recursively.
+/// (depth of the deepest value, object keys, values) of `value`, counted recursively, with `json_limits`'
+/// definition: the top-level value is at depth 0 and each element or member one deeper, so an empty container
+/// adds no depth (`[]` is depth 0, `[[]]` depth 1). An earlier version counted `[]` as depth 1 and reported the
+/// library's correct acceptance of `[]` under `max_depth = 0` as a crash (seed `empty-array-depth-0`).
 fn measure(value: &Value) -> (usize, usize, usize) {
     match value {
-        Value::Array(items) => items.iter().map(measure).fold((1, 0, 1), |acc, m| {
+        Value::Array(items) => items.iter().map(measure).fold((0, 0, 1), |acc, m| {
             (acc.0.max(m.0 + 1), acc.1 + m.1, acc.2 + m.2)
         }),
-        Value::Object(map) => map.values().map(measure).fold((1, map.len(), 1), |acc, m| {
+        Value::Object(map) => map.values().map(measure).fold((0, map.len(), 1), |acc, m| {
             (acc.0.max(m.0 + 1), acc.1 + m.1, acc.2 + m.2)
         }),
         _ => (0, 0, 1),
