@@ -871,6 +871,7 @@ async fn help_lists_every_variable() {
         "AGENTCTL_MAX_STDIN_QUEUE_BYTES",
         "AGENTCTL_HEADER_READ_TIMEOUT_MS",
         "AGENTCTL_IDLE_TIMEOUT_MS",
+        "AGENTCTL_BODY_READ_TIMEOUT_MS",
         "AGENTCTL_MAX_CONNECTIONS",
     ] {
         assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
@@ -1452,6 +1453,99 @@ async fn a_stalled_body_gets_408_at_the_idle_timeout() {
         .await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request_timeout"), "{answer}");
+}
+
+/// Sends `head` on a new connection, then one body byte every few milliseconds (a trickling client) until the
+/// server closes the connection; returns what it answered.
+async fn trickle_exchange(ctl: &Agentctl, head: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(&ctl.addr)
+        .await
+        .expect("connect");
+    tcp.write_all(head).await.expect("write the head");
+    let (mut read, mut write) = tcp.split();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(support::WAIT, async {
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            tokio::select! {
+                n = read.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                },
+                _ = ticker.tick() => {
+                    // The server may have stopped reading; the answer still arrives.
+                    let _ = write.write_all(b" ").await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the server closes a trickling connection");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_trickled_body_gets_408_at_the_body_read_timeout() {
+    // Every pause is far below the idle timeout, so only the total deadline can end the request.
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = trickle_exchange(
+        &ctl,
+        b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000000\r\n\r\n ",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("AGENTCTL_BODY_READ_TIMEOUT_MS"), "{answer}");
+    let (status, _) = ctl.get("/health").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn health_with_a_trickled_body_answers_without_reading_it() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "600000"),
+    )
+    .await;
+    for method in ["GET", "POST"] {
+        let head = format!(
+            "{method} /health HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000000\r\n\r\n "
+        );
+        let answer = trickle_exchange(&ctl, head.as_bytes()).await;
+        let expected = if method == "GET" {
+            "HTTP/1.1 200"
+        } else {
+            "HTTP/1.1 405"
+        };
+        assert!(answer.starts_with(expected), "{method}: {answer}");
+    }
+}
+
+#[tokio::test]
+async fn a_trickled_body_without_the_token_gets_401_before_it_is_read() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .token("s3cret-token")
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "600000"),
+    )
+    .await;
+    let answer = trickle_exchange(
+        &ctl,
+        b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000000\r\n\r\n ",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 }
 
 #[tokio::test]

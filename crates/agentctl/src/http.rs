@@ -184,9 +184,15 @@ fn strip_port(authority: &str) -> &str {
     }
 }
 
-/// Reads a request body completely before the handler runs, refusing a body that pauses longer than
-/// `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces (408 and the connection closes) or grows past
-/// `AGENTCTL_MAX_MESSAGE_BYTES` (413). Requests without a body pass untouched.
+/// The routes whose handlers read a body (`POST` only); every other request's body is never read.
+const BODY_ROUTES: [&str; 3] = ["/api/v1/stop", "/api/v1/acp/call", "/api/v1/acp/send"];
+
+/// Reads a request body completely before the handler runs (after the token check), refusing a body that pauses
+/// longer than `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces or is not complete `AGENTCTL_BODY_READ_TIMEOUT_MS`
+/// after its head was read (408 and the connection closes), or grows past `AGENTCTL_MAX_MESSAGE_BYTES` (413).
+/// Requests without a body pass untouched. A body sent to a route that takes none (`/health`, the `GET` routes,
+/// unknown routes) is not read at all: the handler sees an empty body and the answer closes the connection, so an
+/// unread body cannot hold it.
 async fn read_body_with_idle_timeout(
     State(app): State<Arc<App>>,
     request: Request,
@@ -201,19 +207,42 @@ async fn read_body_with_idle_timeout(
     if !has_body {
         return next.run(request).await;
     }
+    if request.method() != axum::http::Method::POST || !BODY_ROUTES.contains(&request.uri().path())
+    {
+        let (parts, _unread) = request.into_parts();
+        let mut response = next
+            .run(Request::from_parts(parts, axum::body::Body::empty()))
+            .await;
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
     let idle = Duration::from_millis(app.config.idle_timeout_ms);
+    let total = Duration::from_millis(app.config.body_read_timeout_ms);
+    let deadline = tokio::time::Instant::now() + total;
     let limit = app.config.max_message_bytes;
     let (parts, body) = request.into_parts();
     let mut stream = body.into_data_stream();
     let mut collected = bytes::BytesMut::new();
     loop {
-        match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => {
+        let idle_deadline = tokio::time::Instant::now() + idle;
+        match tokio::time::timeout_at(idle_deadline.min(deadline), stream.next()).await {
+            Err(_) if idle_deadline < deadline => {
                 return ApiError::new(
                     ErrorKind::RequestTimeout,
                     "the request body stalled longer than AGENTCTL_IDLE_TIMEOUT_MS",
                 )
                 .with_details(serde_json::json!({"idle_timeout_ms": app.config.idle_timeout_ms, "received_bytes": collected.len()}))
+                .into_response();
+            }
+            Err(_) => {
+                return ApiError::new(
+                    ErrorKind::RequestTimeout,
+                    "the request body was not complete within AGENTCTL_BODY_READ_TIMEOUT_MS",
+                )
+                .with_details(serde_json::json!({"body_read_timeout_ms": app.config.body_read_timeout_ms, "received_bytes": collected.len()}))
                 .into_response();
             }
             Ok(None) => break,
@@ -249,8 +278,14 @@ async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next
         && request.uri().path() != "/health"
         && !token.allows(request.headers().get(AUTHORIZATION).map(|v| v.as_bytes()))
     {
-        return ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
-            .into_response();
+        // Answered before the body is read; the unread body must not keep the connection.
+        let mut response =
+            ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token").into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
     }
     next.run(request).await
 }
