@@ -57,6 +57,43 @@ async fn health_is_ok_and_errors_use_the_json_shape() {
         "conflict",
     );
     check_error(ctl.post("/api/v1/stop", &json!({})).await, 409, "conflict");
+    // timeout_ms: 7 days passes validation (then 409: the agent is stopped), one more is refused.
+    let max = agentwire_agentctl::config::MAX_DURATION_MS;
+    check_error(
+        ctl.post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": max}),
+        )
+        .await,
+        409,
+        "conflict",
+    );
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": max + 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("validation_error")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("timeout_ms")),
+        "{body}"
+    );
+    check_error(
+        ctl.post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": u64::MAX}),
+        )
+        .await,
+        400,
+        "validation_error",
+    );
     ctl.start_agent().await;
     check_error(ctl.post("/api/v1/start", &json!({})).await, 409, "conflict");
     // axum's own rejections come back in our shape.

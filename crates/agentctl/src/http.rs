@@ -423,6 +423,15 @@ async fn call(
                 "timeout_ms must be at least 1",
             ));
         }
+        Some(ms) if ms > crate::config::MAX_DURATION_MS => {
+            return Err(ApiError::new(
+                ErrorKind::ValidationError,
+                "timeout_ms must be at most 604800000 (7 days)",
+            )
+            .with_details(
+                serde_json::json!({"timeout_ms": ms, "max": crate::config::MAX_DURATION_MS}),
+            ));
+        }
         Some(ms) => Duration::from_millis(ms),
         None => app.config.request_timeout(),
     };
