@@ -1477,6 +1477,39 @@ async fn a_half_sent_request_head_is_closed_at_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn duplicate_host_origin_or_content_type_headers_get_400() {
+    let ctl = Agentctl::start(Options::agent(support::acp_fixture("echo"))).await;
+    for (duplicate, name) in [
+        ("Host: localhost\r\nHost: localhost\r\n", "host"),
+        (
+            "Host: localhost\r\nOrigin: http://localhost\r\nOrigin: http://localhost\r\n",
+            "origin",
+        ),
+        (
+            "Host: localhost\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\n",
+            "content-type",
+        ),
+    ] {
+        let request = format!("GET /health HTTP/1.1\r\n{duplicate}\r\n");
+        let answer = ctl.raw_exchange(request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+        assert!(answer.contains("bad_request"), "{name}: {answer}");
+        assert!(
+            answer.contains(&format!("duplicate {name} header")),
+            "{answer}"
+        );
+    }
+    // One of each passes.
+    let answer = ctl
+        .raw_exchange(
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost\r\n\
+              Content-Type: application/json\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
 async fn a_stalled_body_gets_408_at_the_idle_timeout() {
     let ctl = Agentctl::start(
         Options::agent(support::acp_fixture("echo")).env("AGENTCTL_IDLE_TIMEOUT_MS", "300"),

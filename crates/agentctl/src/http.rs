@@ -65,7 +65,8 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Refuses what a web page could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
+/// Refuses two `Host`, `Origin` or `Content-Type` headers with 400 `bad_request`, then refuses what a web page
+/// could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
 /// included, before the token check:
 /// - an `Origin` header that is not a loopback origin (`http(s)://localhost`, `127.0.0.0/8`, `[::1]`, any port)
 ///   → 403 `forbidden`;
@@ -76,6 +77,21 @@ pub fn router(app: Arc<App>) -> Router {
 ///   a body and without a content type (`curl -X POST …/start`) passes.
 async fn refuse_cross_site(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
+    // Checking only the first of two would let the second decide elsewhere (RFC 9112 §3.2: two `Host` fields
+    // get 400).
+    for name in [HOST, ORIGIN, CONTENT_TYPE] {
+        if headers.get_all(&name).iter().nth(1).is_some() {
+            let mut response =
+                ApiError::new(ErrorKind::BadRequest, format!("duplicate {name} header"))
+                    .with_details(serde_json::json!({"header": name.as_str()}))
+                    .into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
+        }
+    }
     if let Some(origin) = headers.get(ORIGIN)
         && !is_loopback_origin(origin.as_bytes())
     {
