@@ -456,6 +456,7 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
         (json!("exited"), json!(3), json!("exited")),
         "{status}"
     );
+    assert_eq!(status["ended_by"], "already_exited", "{status}");
     let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
     assert_eq!(
         last["params"],
@@ -465,7 +466,10 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
         Frame::Close(code, reason) => assert_eq!((code, reason.as_str()), (1000, "agent exited")),
         other => panic!("expected a close frame, got {other:?}"),
     }
-    check_error(ctl.call("session/new", json!({})).await, 409, "conflict");
+    // Once the exit is recorded, new calls get 409 at once (the agent is not running).
+    let (status, body) = ctl.call("session/new", json!({})).await;
+    check_error((status, body.clone()), 409, "conflict");
+    assert_eq!(body["message"], "agent is not running", "{body}");
     // It can be started again.
     assert_eq!(ctl.start_agent().await["agent_status"], "running");
 }
@@ -890,6 +894,13 @@ async fn help_lists_every_variable() {
     }
     assert!(child.wait().await.success());
     let text = String::from_utf8(text).unwrap();
+    // The headline describes the binary, not the library crate behind it.
+    let headline = text.lines().next().unwrap_or_default();
+    assert!(
+        headline.starts_with("agentctl: runs one ACP agent subprocess"),
+        "{headline}"
+    );
+    assert!(!text.contains("agentctl's core"), "{text}");
     for variable in [
         "AGENTCTL_PORT",
         "AGENTCTL_LISTEN_HOST",

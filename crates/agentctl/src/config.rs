@@ -49,7 +49,13 @@ impl std::str::FromStr for Secret {
 /// On start agentctl prints one line on stdout, `agentctl listening on HOST:PORT`, once it accepts connections
 /// (with `AGENTCTL_PORT=0` the port is the one the OS chose). Logs go to stderr.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "agentctl", version, about, long_about = None, max_term_width = 120)]
+#[command(
+    name = "agentctl",
+    version,
+    about = "agentctl: runs one ACP agent subprocess and exposes it over HTTP + WebSocket (a Kandev-compatible sidecar)",
+    long_about = None,
+    max_term_width = 120
+)]
 pub struct Config {
     /// HTTP port; 0 lets the OS choose (see the line printed on stdout).
     #[arg(long, env = "AGENTCTL_PORT", default_value_t = 9999)]
