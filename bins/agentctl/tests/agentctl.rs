@@ -57,6 +57,43 @@ async fn health_is_ok_and_errors_use_the_json_shape() {
         "conflict",
     );
     check_error(ctl.post("/api/v1/stop", &json!({})).await, 409, "conflict");
+    // timeout_ms: 7 days passes validation (then 409: the agent is stopped), one more is refused.
+    let max = agentwire_agentctl::config::MAX_DURATION_MS;
+    check_error(
+        ctl.post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": max}),
+        )
+        .await,
+        409,
+        "conflict",
+    );
+    let (status, body) = ctl
+        .post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": max + 1}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (400, &json!("validation_error")),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("timeout_ms")),
+        "{body}"
+    );
+    check_error(
+        ctl.post(
+            "/api/v1/acp/call",
+            &json!({"method": "x", "timeout_ms": u64::MAX}),
+        )
+        .await,
+        400,
+        "validation_error",
+    );
     ctl.start_agent().await;
     check_error(ctl.post("/api/v1/start", &json!({})).await, 409, "conflict");
     // axum's own rejections come back in our shape.
@@ -419,6 +456,7 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
         (json!("exited"), json!(3), json!("exited")),
         "{status}"
     );
+    assert_eq!(status["ended_by"], "already_exited", "{status}");
     let last = json_until(&mut ws, |v| v["method"] == "agentctl/status").await;
     assert_eq!(
         last["params"],
@@ -428,7 +466,10 @@ async fn an_agent_crash_fails_the_pending_call_with_502_and_ends_the_stream() {
         Frame::Close(code, reason) => assert_eq!((code, reason.as_str()), (1000, "agent exited")),
         other => panic!("expected a close frame, got {other:?}"),
     }
-    check_error(ctl.call("session/new", json!({})).await, 409, "conflict");
+    // Once the exit is recorded, new calls get 409 at once (the agent is not running).
+    let (status, body) = ctl.call("session/new", json!({})).await;
+    check_error((status, body.clone()), 409, "conflict");
+    assert_eq!(body["message"], "agent is not running", "{body}");
     // It can be started again.
     assert_eq!(ctl.start_agent().await["agent_status"], "running");
 }
@@ -853,6 +894,13 @@ async fn help_lists_every_variable() {
     }
     assert!(child.wait().await.success());
     let text = String::from_utf8(text).unwrap();
+    // The headline describes the binary, not the library crate behind it.
+    let headline = text.lines().next().unwrap_or_default();
+    assert!(
+        headline.starts_with("agentctl: runs one ACP agent subprocess"),
+        "{headline}"
+    );
+    assert!(!text.contains("agentctl's core"), "{text}");
     for variable in [
         "AGENTCTL_PORT",
         "AGENTCTL_LISTEN_HOST",
@@ -871,6 +919,7 @@ async fn help_lists_every_variable() {
         "AGENTCTL_MAX_STDIN_QUEUE_BYTES",
         "AGENTCTL_HEADER_READ_TIMEOUT_MS",
         "AGENTCTL_IDLE_TIMEOUT_MS",
+        "AGENTCTL_BODY_READ_TIMEOUT_MS",
         "AGENTCTL_MAX_CONNECTIONS",
     ] {
         assert!(text.contains(variable), "--help lacks {variable}:\n{text}");
@@ -1439,6 +1488,39 @@ async fn a_half_sent_request_head_is_closed_at_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn duplicate_host_origin_or_content_type_headers_get_400() {
+    let ctl = Agentctl::start(Options::agent(support::acp_fixture("echo"))).await;
+    for (duplicate, name) in [
+        ("Host: localhost\r\nHost: localhost\r\n", "host"),
+        (
+            "Host: localhost\r\nOrigin: http://localhost\r\nOrigin: http://localhost\r\n",
+            "origin",
+        ),
+        (
+            "Host: localhost\r\nContent-Type: application/json\r\nContent-Type: text/plain\r\n",
+            "content-type",
+        ),
+    ] {
+        let request = format!("GET /health HTTP/1.1\r\n{duplicate}\r\n");
+        let answer = ctl.raw_exchange(request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+        assert!(answer.contains("bad_request"), "{name}: {answer}");
+        assert!(
+            answer.contains(&format!("duplicate {name} header")),
+            "{answer}"
+        );
+    }
+    // One of each passes.
+    let answer = ctl
+        .raw_exchange(
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://localhost\r\n\
+              Content-Type: application/json\r\nConnection: close\r\n\r\n",
+        )
+        .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+#[tokio::test]
 async fn a_stalled_body_gets_408_at_the_idle_timeout() {
     let ctl = Agentctl::start(
         Options::agent(support::acp_fixture("echo")).env("AGENTCTL_IDLE_TIMEOUT_MS", "300"),
@@ -1452,6 +1534,99 @@ async fn a_stalled_body_gets_408_at_the_idle_timeout() {
         .await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("request_timeout"), "{answer}");
+}
+
+/// Sends `head` on a new connection, then one body byte every few milliseconds (a trickling client) until the
+/// server closes the connection; returns what it answered.
+async fn trickle_exchange(ctl: &Agentctl, head: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(&ctl.addr)
+        .await
+        .expect("connect");
+    tcp.write_all(head).await.expect("write the head");
+    let (mut read, mut write) = tcp.split();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(support::WAIT, async {
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(20));
+        loop {
+            tokio::select! {
+                n = read.read(&mut buf) => match n {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => answer.extend_from_slice(&buf[..n]),
+                },
+                _ = ticker.tick() => {
+                    // The server may have stopped reading; the answer still arrives.
+                    let _ = write.write_all(b" ").await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the server closes a trickling connection");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_trickled_body_gets_408_at_the_body_read_timeout() {
+    // Every pause is far below the idle timeout, so only the total deadline can end the request.
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "300"),
+    )
+    .await;
+    let answer = trickle_exchange(
+        &ctl,
+        b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000000\r\n\r\n ",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("AGENTCTL_BODY_READ_TIMEOUT_MS"), "{answer}");
+    let (status, _) = ctl.get("/health").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn health_with_a_trickled_body_answers_without_reading_it() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "600000"),
+    )
+    .await;
+    for method in ["GET", "POST"] {
+        let head = format!(
+            "{method} /health HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000000\r\n\r\n "
+        );
+        let answer = trickle_exchange(&ctl, head.as_bytes()).await;
+        let expected = if method == "GET" {
+            "HTTP/1.1 200"
+        } else {
+            "HTTP/1.1 405"
+        };
+        assert!(answer.starts_with(expected), "{method}: {answer}");
+    }
+}
+
+#[tokio::test]
+async fn a_trickled_body_without_the_token_gets_401_before_it_is_read() {
+    let ctl = Agentctl::start(
+        Options::agent(support::acp_fixture("echo"))
+            .token("s3cret-token")
+            .env("AGENTCTL_IDLE_TIMEOUT_MS", "60000")
+            .env("AGENTCTL_BODY_READ_TIMEOUT_MS", "600000"),
+    )
+    .await;
+    let answer = trickle_exchange(
+        &ctl,
+        b"POST /api/v1/acp/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+          Content-Length: 1000000\r\n\r\n ",
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 }
 
 #[tokio::test]

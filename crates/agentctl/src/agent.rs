@@ -91,7 +91,8 @@ pub struct StatusView {
     pub exit_code: Option<i32>,
     /// The signal that ended the agent, if one did.
     pub exit_signal: Option<i32>,
-    /// Which stop-ladder step ended it (`already_exited`, `stdin_closed`, `sigterm`, `sigkill`) after a stop.
+    /// Which stop-ladder step ended it (`stdin_closed`, `sigterm`, `sigkill`) after a stop; `already_exited` when
+    /// the agent ended on its own. `null` while it runs and before its first exit.
     pub ended_by: Option<&'static str>,
     /// When the current or last run started, RFC 3339.
     pub started_at: Option<String>,
@@ -298,6 +299,9 @@ impl Supervisor {
                 state.exit_code = Some(code);
                 state.exit_signal = status.signal;
                 state.handle = None;
+                // `already_exited` for an agent that ended on its own; a stop in progress overwrites it with the
+                // ladder step that ended the agent.
+                state.ended_by = Some(outcome.ended_by.as_str());
                 supervisor.relay.agent_exited(&frame);
             }
             drop(child);

@@ -49,7 +49,13 @@ impl std::str::FromStr for Secret {
 /// On start agentctl prints one line on stdout, `agentctl listening on HOST:PORT`, once it accepts connections
 /// (with `AGENTCTL_PORT=0` the port is the one the OS chose). Logs go to stderr.
 #[derive(Clone, Debug, Parser)]
-#[command(name = "agentctl", version, about, long_about = None, max_term_width = 120)]
+#[command(
+    name = "agentctl",
+    version,
+    about = "agentctl: runs one ACP agent subprocess and exposes it over HTTP + WebSocket (a Kandev-compatible sidecar)",
+    long_about = None,
+    max_term_width = 120
+)]
 pub struct Config {
     /// HTTP port; 0 lets the OS choose (see the line printed on stdout).
     #[arg(long, env = "AGENTCTL_PORT", default_value_t = 9999)]
@@ -184,6 +190,13 @@ pub struct Config {
     #[arg(long, env = "AGENTCTL_IDLE_TIMEOUT_MS", default_value_t = 30_000,
           value_parser = u64_in::<1, MAX_DURATION_MS>)]
     pub idle_timeout_ms: u64,
+
+    /// The longest a whole request body may take to arrive, in milliseconds, counted from when its head was read;
+    /// then 408 and the connection is closed (a body trickled a byte at a time cannot hold a connection). 1 to 7
+    /// days.
+    #[arg(long, env = "AGENTCTL_BODY_READ_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = u64_in::<1, MAX_DURATION_MS>)]
+    pub body_read_timeout_ms: u64,
 
     /// Open HTTP connections at once (WebSockets included); one more is answered 503 and closed at once. 1 to
     /// 65536.
@@ -511,6 +524,7 @@ mod tests {
         );
         assert_eq!(config.max_stdin_queue_bytes, 128 << 20);
         assert_eq!(config.idle_timeout_ms, 30_000);
+        assert_eq!(config.body_read_timeout_ms, 30_000);
         assert_eq!(config.output_buffer_size, 1000);
         assert_eq!(config.max_output_line_bytes, 16 << 10);
         assert_eq!((config.stop_grace_ms, config.term_grace_ms), (5_000, 3_000));

@@ -28,7 +28,8 @@ pub enum ErrorKind {
     NotFound,
     /// 405: the route exists, the method does not.
     MethodNotAllowed,
-    /// 408: the request body stalled longer than `AGENTCTL_IDLE_TIMEOUT_MS`.
+    /// 408: the request body stalled longer than `AGENTCTL_IDLE_TIMEOUT_MS`, or was not complete within
+    /// `AGENTCTL_BODY_READ_TIMEOUT_MS`.
     RequestTimeout,
     /// 409: the agent's state does not allow it (already running, not running, no pending request with that id).
     Conflict,

@@ -170,7 +170,8 @@ impl FsService {
         }
     }
 
-    /// Reads a text file, optionally from 1-based `line` (0 counts as 1) for at most `limit` lines.
+    /// Reads a text file, optionally from 1-based `line` (0 is refused with [`FsError::InvalidParams`], ACP lines
+    /// are 1-based) for at most `limit` lines. A path with a NUL byte is [`FsError::InvalidParams`] too.
     ///
     /// # Errors
     /// See [`FsError`].
@@ -180,6 +181,11 @@ impl FsService {
         line: Option<u64>,
         limit: Option<u64>,
     ) -> Result<String, FsError> {
+        if line == Some(0) {
+            return Err(FsError::InvalidParams(
+                "line is 1-based: 0 is not a line".to_owned(),
+            ));
+        }
         let (canonical, missing) = self.resolve(path)?;
         if !missing.is_empty() {
             return Err(FsError::NotFound {
@@ -282,6 +288,11 @@ impl FsService {
     /// Returns it and the names below it that do not exist yet (innermost first); a path ending in `..` below
     /// a missing directory is refused.
     fn resolve(&self, path: &str) -> Result<(PathBuf, Vec<OsString>), FsError> {
+        if path.contains('\0') {
+            return Err(FsError::InvalidParams(
+                "path contains a NUL byte".to_owned(),
+            ));
+        }
         let mut existing = absolute(path)?;
         let mut missing: Vec<OsString> = Vec::new();
         loop {
@@ -396,7 +407,7 @@ mod tests {
         check_read(&ws, a, Some(2), None, Ok("two\nthree\n"));
         check_read(&ws, a, Some(2), Some(1), Ok("two\n"));
         check_read(&ws, a, None, Some(1), Ok("one\n"));
-        check_read(&ws, a, Some(0), Some(1), Ok("one\n"));
+        check_read(&ws, a, Some(1), Some(1), Ok("one\n"));
         check_read(&ws, a, Some(9), None, Ok(""));
         check_read(
             &ws,
@@ -405,6 +416,21 @@ mod tests {
             Some(1),
             Ok("one\n"),
         );
+    }
+
+    #[test]
+    fn line_zero_and_a_nul_in_the_path_are_invalid_params() {
+        let ws = workspace(1024);
+        let a = ws.root.join("a.txt");
+        let a = a.to_str().unwrap();
+        check_read(&ws, a, Some(0), None, Err("invalid_params"));
+        check_read(&ws, a, Some(0), Some(1), Err("invalid_params"));
+        let nul = format!("{a}\0b");
+        check_read(&ws, &nul, None, None, Err("invalid_params"));
+        let error = ws.fs.read(&nul, None, None).unwrap_err();
+        assert_eq!(error.rpc_code(), INVALID_PARAMS);
+        let error = ws.fs.read(a, Some(0), None).unwrap_err();
+        assert_eq!(error.rpc_code(), INVALID_PARAMS);
     }
 
     #[test]

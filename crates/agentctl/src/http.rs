@@ -65,7 +65,8 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Refuses what a web page could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
+/// Refuses two `Host`, `Origin` or `Content-Type` headers with 400 `bad_request`, then refuses what a web page
+/// could send to a loopback agentctl (issue 12, "Cross-site requests"), WebSocket upgrades
 /// included, before the token check:
 /// - an `Origin` header that is not a loopback origin (`http(s)://localhost`, `127.0.0.0/8`, `[::1]`, any port)
 ///   → 403 `forbidden`;
@@ -76,6 +77,21 @@ pub fn router(app: Arc<App>) -> Router {
 ///   a body and without a content type (`curl -X POST …/start`) passes.
 async fn refuse_cross_site(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
+    // Checking only the first of two would let the second decide elsewhere (RFC 9112 §3.2: two `Host` fields
+    // get 400).
+    for name in [HOST, ORIGIN, CONTENT_TYPE] {
+        if headers.get_all(&name).iter().nth(1).is_some() {
+            let mut response =
+                ApiError::new(ErrorKind::BadRequest, format!("duplicate {name} header"))
+                    .with_details(serde_json::json!({"header": name.as_str()}))
+                    .into_response();
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            return response;
+        }
+    }
     if let Some(origin) = headers.get(ORIGIN)
         && !is_loopback_origin(origin.as_bytes())
     {
@@ -184,9 +200,15 @@ fn strip_port(authority: &str) -> &str {
     }
 }
 
-/// Reads a request body completely before the handler runs, refusing a body that pauses longer than
-/// `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces (408 and the connection closes) or grows past
-/// `AGENTCTL_MAX_MESSAGE_BYTES` (413). Requests without a body pass untouched.
+/// The routes whose handlers read a body (`POST` only); every other request's body is never read.
+const BODY_ROUTES: [&str; 3] = ["/api/v1/stop", "/api/v1/acp/call", "/api/v1/acp/send"];
+
+/// Reads a request body completely before the handler runs (after the token check), refusing a body that pauses
+/// longer than `AGENTCTL_IDLE_TIMEOUT_MS` between two pieces or is not complete `AGENTCTL_BODY_READ_TIMEOUT_MS`
+/// after its head was read (408 and the connection closes), or grows past `AGENTCTL_MAX_MESSAGE_BYTES` (413).
+/// Requests without a body pass untouched. A body sent to a route that takes none (`/health`, the `GET` routes,
+/// unknown routes) is not read at all: the handler sees an empty body and the answer closes the connection, so an
+/// unread body cannot hold it.
 async fn read_body_with_idle_timeout(
     State(app): State<Arc<App>>,
     request: Request,
@@ -201,19 +223,42 @@ async fn read_body_with_idle_timeout(
     if !has_body {
         return next.run(request).await;
     }
+    if request.method() != axum::http::Method::POST || !BODY_ROUTES.contains(&request.uri().path())
+    {
+        let (parts, _unread) = request.into_parts();
+        let mut response = next
+            .run(Request::from_parts(parts, axum::body::Body::empty()))
+            .await;
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
+    }
     let idle = Duration::from_millis(app.config.idle_timeout_ms);
+    let total = Duration::from_millis(app.config.body_read_timeout_ms);
+    let deadline = tokio::time::Instant::now() + total;
     let limit = app.config.max_message_bytes;
     let (parts, body) = request.into_parts();
     let mut stream = body.into_data_stream();
     let mut collected = bytes::BytesMut::new();
     loop {
-        match tokio::time::timeout(idle, stream.next()).await {
-            Err(_) => {
+        let idle_deadline = tokio::time::Instant::now() + idle;
+        match tokio::time::timeout_at(idle_deadline.min(deadline), stream.next()).await {
+            Err(_) if idle_deadline < deadline => {
                 return ApiError::new(
                     ErrorKind::RequestTimeout,
                     "the request body stalled longer than AGENTCTL_IDLE_TIMEOUT_MS",
                 )
                 .with_details(serde_json::json!({"idle_timeout_ms": app.config.idle_timeout_ms, "received_bytes": collected.len()}))
+                .into_response();
+            }
+            Err(_) => {
+                return ApiError::new(
+                    ErrorKind::RequestTimeout,
+                    "the request body was not complete within AGENTCTL_BODY_READ_TIMEOUT_MS",
+                )
+                .with_details(serde_json::json!({"body_read_timeout_ms": app.config.body_read_timeout_ms, "received_bytes": collected.len()}))
                 .into_response();
             }
             Ok(None) => break,
@@ -249,8 +294,14 @@ async fn require_token(State(app): State<Arc<App>>, request: Request, next: Next
         && request.uri().path() != "/health"
         && !token.allows(request.headers().get(AUTHORIZATION).map(|v| v.as_bytes()))
     {
-        return ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token")
-            .into_response();
+        // Answered before the body is read; the unread body must not keep the connection.
+        let mut response =
+            ApiError::new(ErrorKind::Unauthorized, "missing or wrong bearer token").into_response();
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return response;
     }
     next.run(request).await
 }
@@ -386,6 +437,15 @@ async fn call(
             return Err(ApiError::new(
                 ErrorKind::ValidationError,
                 "timeout_ms must be at least 1",
+            ));
+        }
+        Some(ms) if ms > crate::config::MAX_DURATION_MS => {
+            return Err(ApiError::new(
+                ErrorKind::ValidationError,
+                "timeout_ms must be at most 604800000 (7 days)",
+            )
+            .with_details(
+                serde_json::json!({"timeout_ms": ms, "max": crate::config::MAX_DURATION_MS}),
             ));
         }
         Some(ms) => Duration::from_millis(ms),

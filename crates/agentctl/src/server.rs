@@ -19,8 +19,64 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// How long agentctl waits before accepting again after `accept` failed (for example `EMFILE`: out of file
-/// descriptors), so a persistent failure does not spin.
+/// descriptors), so a persistent failure does not spin. Doubles with each failure in a row, up to
+/// [`ACCEPT_ERROR_BACKOFF_MAX`].
 pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The longest wait between two accepts while `accept` keeps failing.
+pub const ACCEPT_ERROR_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// File descriptors agentctl keeps for itself besides connections: the listener, the agent's three pipes, files
+/// served by `fs/*`, logs, the runtime. `AGENTCTL_MAX_CONNECTIONS` plus this above the `RLIMIT_NOFILE` soft limit is
+/// warned about at boot.
+pub const FD_RESERVE: u64 = 64;
+
+/// The warning for a connection cap the process's file-descriptor limit cannot hold: `Some` when
+/// `max_connections + FD_RESERVE` exceeds `soft_limit` (`None`: unlimited or unknown).
+pub fn fd_limit_warning(max_connections: usize, soft_limit: Option<u64>) -> Option<String> {
+    let soft = soft_limit?;
+    let needed = u64::try_from(max_connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(FD_RESERVE);
+    (needed > soft).then(|| {
+        format!(
+            "AGENTCTL_MAX_CONNECTIONS ({max_connections}) plus {FD_RESERVE} reserved descriptors exceeds the \
+             open-file limit (RLIMIT_NOFILE soft limit {soft}): connections past it fail to be accepted (EMFILE); \
+             raise the limit (ulimit -n) or lower AGENTCTL_MAX_CONNECTIONS"
+        )
+    })
+}
+
+/// Paces a run of failing `accept` calls: the wait doubles from [`ACCEPT_ERROR_BACKOFF`] to
+/// [`ACCEPT_ERROR_BACKOFF_MAX`], and only the first failure of a run is logged (a WARN every 50 ms while out of
+/// descriptors helps no one); the next success reports how many failed.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    failures: u64,
+}
+
+impl AcceptBackoff {
+    /// After a failed accept: how long to wait, and whether this failure starts a run (log it).
+    pub fn failed(&mut self) -> (Duration, bool) {
+        self.failures = self.failures.saturating_add(1);
+        let shift = u32::try_from(self.failures - 1).unwrap_or(u32::MAX).min(16);
+        let wait = ACCEPT_ERROR_BACKOFF
+            .saturating_mul(1 << shift)
+            .min(ACCEPT_ERROR_BACKOFF_MAX);
+        (wait, self.failures == 1)
+    }
+
+    /// After a successful accept: how many accepts failed in the run that just ended (`None`: no run).
+    pub fn succeeded(&mut self) -> Option<u64> {
+        let failures = std::mem::take(&mut self.failures);
+        (failures > 0).then_some(failures)
+    }
+}
+
+/// The `RLIMIT_NOFILE` soft limit, `None` when unlimited.
+fn nofile_soft_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
 
 /// How long the 503 answer to a connection over the cap may take to write, and then how long agentctl reads (and
 /// discards) what the client sent, so closing does not reset the connection before the answer is read.
@@ -57,20 +113,32 @@ pub async fn serve(
     limits: ServerLimits,
     shutdown: CancellationToken,
 ) {
+    if let Some(warning) = fd_limit_warning(limits.max_connections, nofile_soft_limit()) {
+        tracing::warn!("{warning}");
+    }
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let connections = TaskTracker::new();
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
         let tcp = match accepted {
-            Ok((tcp, _peer)) => tcp,
+            Ok((tcp, _peer)) => {
+                if let Some(failures) = backoff.succeeded() {
+                    tracing::info!(failures, "accepting connections again");
+                }
+                tcp
+            }
             Err(error) => {
-                tracing::warn!(%error, "accepting a connection failed");
+                let (wait, first) = backoff.failed();
+                if first {
+                    tracing::warn!(%error, "accepting a connection failed; retrying with backoff (logged once per run)");
+                }
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(ACCEPT_ERROR_BACKOFF) => continue,
+                    () = tokio::time::sleep(wait) => continue,
                 }
             }
         };
@@ -203,5 +271,37 @@ impl AsyncWrite for CountedIo {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fd_limit_warning_fires_one_past_the_boundary() {
+        assert_eq!(fd_limit_warning(512, None), None);
+        assert_eq!(fd_limit_warning(512, Some(512 + FD_RESERVE)), None);
+        let warning = fd_limit_warning(512, Some(512 + FD_RESERVE - 1)).expect("warned");
+        assert!(warning.contains("RLIMIT_NOFILE"), "{warning}");
+        assert!(fd_limit_warning(usize::MAX, Some(u64::MAX - 1)).is_some());
+    }
+
+    #[test]
+    fn accept_failures_back_off_and_log_once_per_run() {
+        let mut backoff = AcceptBackoff::default();
+        assert_eq!(backoff.succeeded(), None);
+        assert_eq!(backoff.failed(), (ACCEPT_ERROR_BACKOFF, true));
+        assert_eq!(backoff.failed(), (ACCEPT_ERROR_BACKOFF * 2, false));
+        let mut last = Duration::ZERO;
+        for _ in 0..100 {
+            let (wait, log) = backoff.failed();
+            assert!(!log);
+            assert!(wait >= last && wait <= ACCEPT_ERROR_BACKOFF_MAX);
+            last = wait;
+        }
+        assert_eq!(last, ACCEPT_ERROR_BACKOFF_MAX);
+        assert_eq!(backoff.succeeded(), Some(102));
+        assert_eq!(backoff.failed(), (ACCEPT_ERROR_BACKOFF, true));
     }
 }
