@@ -611,3 +611,47 @@ async fn a_1_mib_stdin_prompt_with_its_trailing_newline_is_accepted() {
         assert!(out.stderr.contains("(prompt_too_large)"), "{out:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_show_says_why_any_past_run_failed() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"plain\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"error-result\"]\n\
+         [[agents]]\nname = \"badid\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"invalid-session-id\"]\n",
+    );
+    // An error whose only words are the host's detail: the stored run keeps that detail as its reason.
+    let out = host
+        .run(&["chat", "--agent", "plain", "--json", "hi"])
+        .await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let thread = out.json()["thread_id"].as_str().unwrap().to_owned();
+    let detail = host.thread(&thread).await;
+    let reason = detail["runs"][0]["error"]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("fixture_failure"), "{detail}");
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(shown.stdout.contains("    why: "), "{shown:?}");
+
+    // A successful answer turned into a failure by the host (an invalid session id) is not quoted as the agent's
+    // reason: the host's detail is.
+    let out = host
+        .run(&["chat", "--agent", "badid", "--json", "hi"])
+        .await;
+    let record = out.json();
+    assert_eq!(record["error"]["code"], "invalid_session_id", "{record}");
+    assert!(
+        !record["error"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("echo: hi"),
+        "{record}"
+    );
+    let thread = record["thread_id"].as_str().unwrap().to_owned();
+    let detail = host.thread(&thread).await;
+    let reason = detail["runs"][0]["error"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("session id outside"), "{detail}");
+}

@@ -943,7 +943,8 @@ async fn run_turn_inner(
             status: RunStatus::Failed,
             usage: None,
             error_code: Some(code.to_owned()),
-            error_reason: error_reason.clone(),
+            // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
+            error_reason: error_reason.clone().or_else(|| Some(detail.clone())),
             total_cost_usd: None,
             pending_text: None,
         };
@@ -1162,7 +1163,10 @@ async fn run_turn_inner(
             agent.name, agent.max_line_bytes
         ));
     }
+    // The agent's `result` text explains a failure only when the agent itself failed the turn.
+    let mut result_text = outcome.result_text.as_deref();
     if recorder.invalid_session_id && status == RunStatus::Succeeded {
+        result_text = None;
         status = RunStatus::Failed;
         error_code = Some(INVALID_SESSION_ID.to_owned());
         error_detail =
@@ -1170,7 +1174,7 @@ async fn run_turn_inner(
     }
     let error_reason = match status {
         RunStatus::Failed => failure_reason(
-            outcome.result_text.as_deref(),
+            result_text,
             error_detail.as_deref(),
             &left.stderr_tail,
             left.malformed_lines,
@@ -1186,7 +1190,8 @@ async fn run_turn_inner(
         status,
         usage: outcome.usage.as_ref().map(run_usage),
         error_code: error_code.clone(),
-        error_reason: error_reason.clone(),
+        // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
+        error_reason: error_reason.clone().or_else(|| error_detail.clone()),
         total_cost_usd: outcome.total_cost_usd,
         pending_text,
     };
