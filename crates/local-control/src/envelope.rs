@@ -638,6 +638,21 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_request_with_a_long_float_round_trips_exactly() {
+        // Found by the `local_control` fuzz target: without serde_json's `float_roundtrip`, a 103-digit number
+        // parsed to one double and its re-serialization parsed to the neighbouring one.
+        let line = format!(
+            r#"{{"protocolVersion":1,"surfaceVersion":2,"id":"r1","method":"cli.status","params":{{"x":{}}}}}"#,
+            "1".to_owned() + &"3".repeat(102)
+        );
+        let first: RequestEnvelope = serde_json::from_str(&line).expect("parses");
+        let again: RequestEnvelope =
+            serde_json::from_slice(&serde_json::to_vec(&first).expect("serializes"))
+                .expect("parses");
+        assert_eq!(first, again);
+    }
+
+    #[test]
     fn error_codes_round_trip_and_map_to_the_cli_exit_table() {
         let expected = [
             ("invalid_request", 2),
