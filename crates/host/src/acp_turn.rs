@@ -23,8 +23,9 @@
 //!
 //! Usage: ACP reports context-window occupancy, not per-turn token counts (`usage_update {used, size, cost}`, ACP
 //! v1 "Session Usage"). The run records the turn's last `used` as its input tokens and 0 output tokens, and its
-//! `cost` (the session's cumulative cost) as the run's total cost when the currency is USD; the notice keeps `size`
-//! and the cost in any currency.
+//! `cost` (the session's cumulative cost) as the outcome's total cost when the currency is USD; the recorded run
+//! keeps only its own share (`crate::turn::acp_run_cost`: cumulative minus the session's earlier runs). The notice
+//! keeps `size` and the cumulative cost in any currency.
 //!
 //! Stop reasons: `end_turn` succeeds; `cancelled` is code `cancelled`; `refusal`, `max_tokens` and
 //! `max_turn_requests` fail with that reason as the code (the answer is incomplete: scripts must notice; the text
