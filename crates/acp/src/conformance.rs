@@ -284,6 +284,8 @@ pub struct RuleBook {
     updates_seen: u64,
     /// Stdout lines observed (`stdout_only_jsonrpc` is exercised only when there was one).
     lines_seen: u64,
+    /// The line limit in force (bytes), named in the evidence of a line over it.
+    max_line_bytes: Option<usize>,
 }
 
 impl RuleBook {
@@ -294,7 +296,14 @@ impl RuleBook {
             max_evidence_bytes,
             updates_seen: 0,
             lines_seen: 0,
+            max_line_bytes: None,
         }
+    }
+
+    /// The same book, naming `limit` (the agent's `max_line_bytes`) when a line is over it.
+    pub fn with_max_line_bytes(mut self, limit: usize) -> RuleBook {
+        self.max_line_bytes = Some(limit);
+        self
     }
 
     fn slot(&mut self, id: &str) -> Option<&mut Option<Outcome>> {
@@ -349,9 +358,13 @@ impl RuleBook {
                 "{} (not JSON)",
                 quote(&line.preview, self.max_evidence_bytes)
             )),
-            Frame::TooLong { bytes_discarded } => {
-                Some(format!("a line of more than {bytes_discarded} bytes"))
-            }
+            Frame::TooLong { bytes_discarded } => Some(match self.max_line_bytes {
+                Some(limit) => format!(
+                    "a line of {bytes_discarded} bytes, over the {limit}-byte limit (the agent's \
+                     max_line_bytes = {limit})"
+                ),
+                None => format!("a line of {bytes_discarded} bytes, over the line limit"),
+            }),
             _ => Some("an unreadable line".to_owned()),
         };
         if let Some(problem) = problem {
@@ -639,7 +652,10 @@ fn book(shared: &SharedBook) -> std::sync::MutexGuard<'_, RuleBook> {
 
 /// Runs the check. Never panics on agent behavior; every failure is a verdict.
 pub async fn run_check(plan: CheckPlan) -> CheckReport {
-    let shared: SharedBook = Arc::new(Mutex::new(RuleBook::new(plan.limits.max_evidence_bytes)));
+    let shared: SharedBook = Arc::new(Mutex::new(
+        RuleBook::new(plan.limits.max_evidence_bytes)
+            .with_max_line_bytes(plan.limits.max_line_bytes),
+    ));
     let mut command = Command::new(&plan.program);
     command
         .args(&plan.args)
@@ -1292,8 +1308,27 @@ mod tests {
         );
         check(
             &[Frame::TooLong { bytes_discarded: 9 }],
-            Some("stdout line 1: a line of more than 9 bytes"),
+            Some("stdout line 1: a line of 9 bytes, over the line limit"),
         );
+    }
+
+    #[test]
+    fn a_line_over_the_limit_names_the_limit_and_the_setting() {
+        let mut book = RuleBook::new(200).with_max_line_bytes(1000);
+        book.observe_line(
+            1,
+            &Frame::TooLong {
+                bytes_discarded: 1001,
+            },
+        );
+        let report = book.finish("test");
+        match &report.get("stdout_only_jsonrpc").expect("rule").outcome {
+            Outcome::Fail { evidence } => assert_eq!(
+                evidence,
+                "stdout line 1: a line of 1001 bytes, over the 1000-byte limit (the agent's max_line_bytes = 1000)"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
