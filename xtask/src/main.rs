@@ -52,7 +52,8 @@ enum Task {
         /// The fuzz target (see fuzz/Cargo.toml), or `all`.
         #[arg(value_parser = FUZZ_TARGETS.iter().copied().chain(["all"]).collect::<Vec<_>>())]
         target: String,
-        /// How long to fuzz each target, in seconds.
+        /// How long to fuzz each target, in seconds (at least 1: libFuzzer reads 0 as "no limit", so 0 is
+        /// refused).
         #[arg(long, default_value_t = 60)]
         seconds: u64,
         /// Where cargo-fuzz builds (default: fuzz/target).
@@ -298,7 +299,18 @@ const FUZZ_TARGETS: &[&str] = &[
     "cli_driver",
 ];
 
+/// Refuses `--seconds 0`: it would become `-max_total_time=0`, which libFuzzer reads as "run for ever".
+fn check_fuzz_seconds(seconds: u64) -> Result<()> {
+    if seconds == 0 {
+        bail!(
+            "--seconds 0 would fuzz for ever (libFuzzer reads -max_total_time=0 as no limit): give at least 1"
+        );
+    }
+    Ok(())
+}
+
 fn fuzz(root: &Path, target: &str, seconds: u64, target_dir: Option<&Path>) -> Result<()> {
+    check_fuzz_seconds(seconds)?;
     let probe = cargo().args(["fuzz", "--version"]).output();
     if !matches!(probe, Ok(ref o) if o.status.success()) {
         bail!(
@@ -382,4 +394,16 @@ fn conformance(root: &Path, protocol: &str, command: &[String]) -> Result<()> {
         bail!("conformance failed for: {}", failed.join("; "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fuzzing_for_zero_seconds_is_refused() {
+        let err = check_fuzz_seconds(0).expect_err("refused");
+        assert!(err.to_string().contains("--seconds 0"), "{err}");
+        assert!(check_fuzz_seconds(1).is_ok());
+    }
 }

@@ -105,7 +105,8 @@ fn ask_tool(request: &ToolPermissionRequest) -> Option<PermissionAnswer> {
 /// longer text is cut and ends with `…`.
 pub const MAX_SHOWN_CHARS: usize = 200;
 
-/// The question shown on stderr: the tool call and the numbered options, each option's kind from the protocol's
+/// The question shown on stderr: the tool call (kind, title and, when known, its raw input on an `input:` line; the
+/// host fills what the request omits from the call the agent announced with the same id), and the numbered options, each option's kind from the protocol's
 /// `kind` field first (`[allow_always]`), then its agent-chosen label. Everything the agent wrote is cut to
 /// [`MAX_SHOWN_CHARS`] and escaped for the terminal ([`escape_controls`], single line): escape sequences (cursor
 /// movement, line erasure, window titles, hidden text), newlines and bidirectional controls are shown as `\u{…}`,
@@ -124,6 +125,9 @@ pub fn question(request: &RequestPermissionRequest) -> String {
         shown(&request.tool_call.tool_call_id.to_string()),
         shown(&kind)
     );
+    if let Some(input) = &fields.raw_input {
+        text.push_str(&format!("  input: {}\n", shown(&input.to_string())));
+    }
     for (n, option) in request.options.iter().enumerate() {
         text.push_str(&format!(
             "  {}) [{}] {}\n",
@@ -319,6 +323,22 @@ mod tests {
             question(&request()),
             "\nawp-host: the agent asks permission for tool call call-1 (unknown): write hello.txt\n  \
              1) [allow_once] Allow\n  2) [reject_once] Reject\nchoose a number (anything else rejects): "
+        );
+    }
+
+    #[test]
+    fn the_question_shows_the_tool_call_input_escaped() {
+        let mut request = request();
+        request.tool_call.fields.raw_input = Some(serde_json::json!({"command": "rm x\u{1b}[2K"}));
+        assert!(
+            question(&request).contains("\n  input: {\"command\":\"rm x\\u001b[2K\"}\n  1) "),
+            "{}",
+            question(&request)
+        );
+        assert!(
+            question(&request)
+                .chars()
+                .all(|c| c == '\n' || !c.is_control())
         );
     }
 

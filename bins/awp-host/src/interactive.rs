@@ -288,9 +288,7 @@ pub async fn run(store: &mut Store, session: Session<'_>) -> Result<Exit, Failur
         };
         signals.disarm();
         if live.restarts() > restarts {
-            eprintln!(
-                "awp-host: the agent had stopped; a new agent process resumed the thread's session"
-            );
+            eprintln!("{}", restart_notice(&agent.protocol));
         }
         let report = match result {
             Ok(report) => report,
@@ -330,9 +328,32 @@ fn save_history(editor: &mut rustyline::DefaultEditor, path: &std::path::Path) {
     }
 }
 
+/// What the session says when a turn ran on a new agent process that resumed the thread's session: for ACP
+/// agents that is how every turn runs (one process per turn, the session reopened with `session/resume`, else
+/// `session/load`), so it is worded as normal; for the others the previous process had stopped.
+pub fn restart_notice(protocol: &agentwire_host::AgentProtocol) -> &'static str {
+    match protocol {
+        agentwire_host::AgentProtocol::Acp => {
+            "awp-host: a new agent process resumed the thread's session (as usual for ACP agents: one process per turn)"
+        }
+        _ => "awp-host: the agent had stopped; a new agent process resumed the thread's session",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_acp_agent_resuming_each_turn_is_worded_as_normal() {
+        let acp = restart_notice(&agentwire_host::AgentProtocol::Acp);
+        assert!(acp.contains("as usual for ACP agents"), "{acp}");
+        assert!(!acp.contains("stopped"), "{acp}");
+        assert!(
+            restart_notice(&agentwire_host::AgentProtocol::AwpJsonl)
+                .contains("the agent had stopped")
+        );
+    }
 
     #[test]
     fn slash_commands_and_prompts_are_told_apart() {

@@ -25,7 +25,9 @@
 //! before and after each answer (a live turn never sends user messages; a replay does).
 //!
 //! Every rule names the spec section it checks ([`Rule::spec`]); the interop faults seen in public bug reports each
-//! have one: `end_turn` or an error answered after `session/cancel` (`cancel_yields_cancelled`), permission requests
+//! have one: `end_turn` or an error answered after `session/cancel` (`cancel_yields_cancelled`; `end_turn` fails only
+//! when the agent answered [`CANCEL_PROBE_METHOD`], sent after the cancel, before the turn, else the turn and the
+//! cancel may have crossed in flight and the rule is skipped), permission requests
 //! after the cancel (`no_permission_request_after_cancel`), updates replayed by a resume
 //! (`session_resume_does_not_replay`), a load answered before its replay (`session_load_replays_before_answer`), an
 //! unknown request never answered (`unknown_request_answered`), a string `protocolVersion`
@@ -282,6 +284,8 @@ pub struct RuleBook {
     updates_seen: u64,
     /// Stdout lines observed (`stdout_only_jsonrpc` is exercised only when there was one).
     lines_seen: u64,
+    /// The line limit in force (bytes), named in the evidence of a line over it.
+    max_line_bytes: Option<usize>,
 }
 
 impl RuleBook {
@@ -292,7 +296,14 @@ impl RuleBook {
             max_evidence_bytes,
             updates_seen: 0,
             lines_seen: 0,
+            max_line_bytes: None,
         }
+    }
+
+    /// The same book, naming `limit` (the agent's `max_line_bytes`) when a line is over it.
+    pub fn with_max_line_bytes(mut self, limit: usize) -> RuleBook {
+        self.max_line_bytes = Some(limit);
+        self
     }
 
     fn slot(&mut self, id: &str) -> Option<&mut Option<Outcome>> {
@@ -347,9 +358,13 @@ impl RuleBook {
                 "{} (not JSON)",
                 quote(&line.preview, self.max_evidence_bytes)
             )),
-            Frame::TooLong { bytes_discarded } => {
-                Some(format!("a line of more than {bytes_discarded} bytes"))
-            }
+            Frame::TooLong { bytes_discarded } => Some(match self.max_line_bytes {
+                Some(limit) => format!(
+                    "a line of {bytes_discarded} bytes, over the {limit}-byte limit (the agent's \
+                     max_line_bytes = {limit})"
+                ),
+                None => format!("a line of {bytes_discarded} bytes, over the line limit"),
+            }),
             _ => Some("an unreadable line".to_owned()),
         };
         if let Some(problem) = problem {
@@ -637,7 +652,10 @@ fn book(shared: &SharedBook) -> std::sync::MutexGuard<'_, RuleBook> {
 
 /// Runs the check. Never panics on agent behavior; every failure is a verdict.
 pub async fn run_check(plan: CheckPlan) -> CheckReport {
-    let shared: SharedBook = Arc::new(Mutex::new(RuleBook::new(plan.limits.max_evidence_bytes)));
+    let shared: SharedBook = Arc::new(Mutex::new(
+        RuleBook::new(plan.limits.max_evidence_bytes)
+            .with_max_line_bytes(plan.limits.max_line_bytes),
+    ));
     let mut command = Command::new(&plan.program);
     command
         .args(&plan.args)
@@ -1002,7 +1020,18 @@ async fn session_methods(
     }
 }
 
-/// Turn 2: cancel at its first update; judge the raw answer.
+/// Request sent right after `session/cancel` in the cancelled turn (an extension method, `_` prefix: agents answer
+/// it, usually with `-32601`). Its answer arriving before the turn's answer proves the agent had read the cancel while
+/// the turn was still running, so an `end_turn` then is not a crossing in flight.
+pub const CANCEL_PROBE_METHOD: &str = "_agentwire/cancel_probe";
+
+/// Most [`CANCEL_PROBE_METHOD`] requests sent in the cancelled turn: the next is sent when the previous one was
+/// answered and the turn still runs.
+const CANCEL_PROBES: u32 = 3;
+
+/// Turn 2: cancel at its first update, then send [`CANCEL_PROBE_METHOD`]; judge the raw answer. `end_turn` fails
+/// only when the probe was answered first; otherwise the turn may have ended before the cancel reached the agent
+/// (messages crossing in flight) and the rule is skipped.
 async fn cancel_turn(
     client: &Client,
     session: &mut Session,
@@ -1032,15 +1061,47 @@ async fn cancel_turn(
     };
     let mut cancel_sent = false;
     let mut updates_after_cancel = 0u32;
+    // Sent right after `session/cancel`: an agent reads its input in order, so an answer to the probe proves it had
+    // read the cancel. A turn still running then cannot have crossed the cancel in flight (see `judge_cancel`).
+    let mut probe: Option<agentwire_jsonrpc::PendingCall> = None;
+    let mut probe_answered = false;
+    let mut updates_after_probe = 0u32;
+    let mut probes_sent = 1u32;
     let answer = loop {
         let next = tokio::time::timeout(step, async {
             tokio::select! {
                 biased;
-                update = session.next_update() => Err(update),
+                update = session.next_update() => Err(Some(update)),
                 answer = &mut call => Ok(answer),
+                _ = async {
+                    match probe.as_mut() {
+                        Some(pending) => { let _ = pending.await; }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => Err(None),
             }
         })
         .await;
+        let next = match next {
+            Ok(Err(None)) => {
+                probe = None;
+                probe_answered = true;
+                // Probe again while the turn runs (bounded): each answer is more evidence the turn outlived the
+                // cancel.
+                if probes_sent < CANCEL_PROBES {
+                    probes_sent += 1;
+                    probe = client
+                        .connection()
+                        .start_call(CANCEL_PROBE_METHOD, Some(serde_json::json!({})))
+                        .await
+                        .ok();
+                }
+                continue;
+            }
+            Ok(Err(Some(update))) => Ok(Err(update)),
+            Ok(Ok(answer)) => Ok(Ok(answer)),
+            Err(elapsed) => Err(elapsed),
+        };
         match next {
             Err(_) => {
                 book(shared).fail(
@@ -1055,6 +1116,9 @@ async fn cancel_turn(
                 book(shared).observe_update(&update);
                 if cancel_sent {
                     updates_after_cancel += 1;
+                    if probe_answered {
+                        updates_after_probe += 1;
+                    }
                 } else {
                     if let Update::Known(known) = &update
                         && let crate::schema::SessionUpdate::ToolCall(call) = known.as_ref()
@@ -1073,6 +1137,11 @@ async fn cancel_turn(
                         return Some("session/cancel could not be sent".to_owned());
                     }
                     cancel_sent = true;
+                    probe = client
+                        .connection()
+                        .start_call(CANCEL_PROBE_METHOD, Some(serde_json::json!({})))
+                        .await
+                        .ok();
                 }
             }
         }
@@ -1104,16 +1173,21 @@ async fn cancel_turn(
             "cancel_yields_cancelled",
             quote(&format!("answered the cancelled turn with an error: {error}"), max),
         ),
-        (true, Ok(value), _) if updates_after_cancel > 0 => book(shared).fail(
+        (true, Ok(value), _) if probe_answered => book(shared).fail(
             "cancel_yields_cancelled",
             quote(
-                &format!("kept working after session/cancel ({updates_after_cancel} updates), then answered {value}"),
+                &format!(
+                    "the turn was still running after the agent had read session/cancel (it answered {} sent \
+                     after the cancel first; {updates_after_cancel} updates after the cancel, \
+                     {updates_after_probe} after that answer), then answered {value}",
+                    CANCEL_PROBE_METHOD
+                ),
                 max,
             ),
         ),
         (true, Ok(_), _) => book(shared).skip(
             "cancel_yields_cancelled",
-            "the turn ended before the cancel could reach the agent",
+            "cancellation not exercised: the turn ended before the cancel could reach the agent",
         ),
     }
     None
@@ -1234,8 +1308,27 @@ mod tests {
         );
         check(
             &[Frame::TooLong { bytes_discarded: 9 }],
-            Some("stdout line 1: a line of more than 9 bytes"),
+            Some("stdout line 1: a line of 9 bytes, over the line limit"),
         );
+    }
+
+    #[test]
+    fn a_line_over_the_limit_names_the_limit_and_the_setting() {
+        let mut book = RuleBook::new(200).with_max_line_bytes(1000);
+        book.observe_line(
+            1,
+            &Frame::TooLong {
+                bytes_discarded: 1001,
+            },
+        );
+        let report = book.finish("test");
+        match &report.get("stdout_only_jsonrpc").expect("rule").outcome {
+            Outcome::Fail { evidence } => assert_eq!(
+                evidence,
+                "stdout line 1: a line of 1001 bytes, over the 1000-byte limit (the agent's max_line_bytes = 1000)"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -333,3 +333,18 @@ async fn an_agent_that_writes_nothing_has_its_output_rules_skipped() {
     );
     assert!(!report.passed());
 }
+
+#[tokio::test]
+async fn a_fast_turn_that_crosses_the_cancel_in_flight_is_skipped_not_failed() {
+    // `rich` ends its turn right after its first updates: the cancel and the end_turn cross in flight, which is
+    // not evidence of ignoring the cancel. Repeated, since the crossing depends on scheduling.
+    for _ in 0..5 {
+        check(
+            "acp-fixture",
+            &["--mode", "rich"],
+            &[("cancel_yields_cancelled", "skip")],
+            true,
+        )
+        .await;
+    }
+}

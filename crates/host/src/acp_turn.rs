@@ -23,8 +23,9 @@
 //!
 //! Usage: ACP reports context-window occupancy, not per-turn token counts (`usage_update {used, size, cost}`, ACP
 //! v1 "Session Usage"). The run records the turn's last `used` as its input tokens and 0 output tokens, and its
-//! `cost` (the session's cumulative cost) as the run's total cost when the currency is USD; the notice keeps `size`
-//! and the cost in any currency.
+//! `cost` (the session's cumulative cost) as the outcome's total cost when the currency is USD; the recorded run
+//! keeps only its own share (`crate::turn::acp_run_cost`: cumulative minus the session's earlier runs). The notice
+//! keeps `size` and the cumulative cost in any currency.
 //!
 //! Stop reasons: `end_turn` succeeds; `cancelled` is code `cancelled`; `refusal`, `max_tokens` and
 //! `max_turn_requests` fail with that reason as the code (the answer is incomplete: scripts must notice; the text
@@ -43,7 +44,7 @@ use agentwire_acp::schema::{
     ContentBlock as AcpBlock, EmbeddedResource, EmbeddedResourceResource, ImageContent,
     PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
     SelectedPermissionOutcome, SessionUpdate, StopReason, TextContent, ToolCallContent,
-    ToolCallStatus, UsageUpdate,
+    ToolCallStatus, ToolCallUpdateFields, UsageUpdate,
 };
 use agentwire_acp::{
     AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs, Session,
@@ -149,14 +150,79 @@ pub fn reject_outcome(options: &[PermissionOption]) -> RequestPermissionOutcome 
     .unwrap_or(RequestPermissionOutcome::Cancelled)
 }
 
-struct Permissions(AcpPermissions);
+/// What the agent announced of its tool calls in this process (`tool_call`, then `tool_call_update`s), by id, at
+/// most [`MAX_TRACKED_TOOL_CALLS`]: a `session/request_permission` whose `toolCall` omits the kind, title or input
+/// gets them from here ([`AnnouncedToolCalls::complete`]), so the question names what is asked for.
+#[derive(Clone, Debug, Default)]
+pub struct AnnouncedToolCalls(
+    Arc<std::sync::Mutex<std::collections::HashMap<String, ToolCallUpdateFields>>>,
+);
+
+impl AnnouncedToolCalls {
+    /// Records the kind, title and raw input of a `tool_call` or `tool_call_update` (later values win).
+    pub fn observe(&self, update: &SessionUpdate) {
+        let (id, kind, title, raw_input) = match update {
+            SessionUpdate::ToolCall(call) => (
+                call.tool_call_id.to_string(),
+                Some(call.kind),
+                Some(call.title.clone()),
+                call.raw_input.clone(),
+            ),
+            SessionUpdate::ToolCallUpdate(update) => (
+                update.tool_call_id.to_string(),
+                update.fields.kind,
+                update.fields.title.clone(),
+                update.fields.raw_input.clone(),
+            ),
+            _ => return,
+        };
+        let Ok(mut map) = self.0.lock() else { return };
+        if !map.contains_key(&id) && map.len() >= MAX_TRACKED_TOOL_CALLS {
+            return;
+        }
+        let entry = map.entry(id).or_default();
+        if kind.is_some() {
+            entry.kind = kind;
+        }
+        if title.is_some() {
+            entry.title = title;
+        }
+        if raw_input.is_some() {
+            entry.raw_input = raw_input;
+        }
+    }
+
+    /// `request` with the kind, title and raw input its `toolCall` lacks filled from the announced call of the
+    /// same `toolCallId`; what the request carries itself is kept.
+    pub fn complete(&self, mut request: RequestPermissionRequest) -> RequestPermissionRequest {
+        let id = request.tool_call.tool_call_id.to_string();
+        let Ok(map) = self.0.lock() else {
+            return request;
+        };
+        if let Some(seen) = map.get(&id) {
+            let fields = &mut request.tool_call.fields;
+            if fields.kind.is_none() {
+                fields.kind = seen.kind;
+            }
+            if fields.title.is_none() {
+                fields.title = seen.title.clone();
+            }
+            if fields.raw_input.is_none() {
+                fields.raw_input = seen.raw_input.clone();
+            }
+        }
+        request
+    }
+}
+
+struct Permissions(AcpPermissions, AnnouncedToolCalls);
 
 impl PermissionHandler for Permissions {
     async fn request_permission(
         &self,
         request: RequestPermissionRequest,
     ) -> RequestPermissionOutcome {
-        (self.0.0)(request).await
+        (self.0.0)(self.1.complete(request)).await
     }
 }
 
@@ -544,9 +610,10 @@ impl AcpRunner {
             });
         let mut config = ClientConfig::default();
         config.rpc.max_line_bytes = max_line_bytes;
+        let announced = AnnouncedToolCalls::default();
         let client = ClientBuilder::new()
             .config(config)
-            .permission_handler(Permissions(permissions))
+            .permission_handler(Permissions(permissions, announced.clone()))
             .fs_handler(fs)
             .spawn(&mut command)
             .map_err(|e| (codes::SPAWN_FAILED.to_owned(), e.to_string()))?;
@@ -622,10 +689,11 @@ impl AcpRunner {
             while let Some(event) = turn.next().await {
                 match event {
                     TurnEvent::Update(update) => {
-                        if let Update::Known(known) = &update
-                            && let SessionUpdate::UsageUpdate(update) = known.as_ref()
-                        {
-                            usage = Some(update.clone());
+                        if let Update::Known(known) = &update {
+                            announced.observe(known);
+                            if let SessionUpdate::UsageUpdate(update) = known.as_ref() {
+                                usage = Some(update.clone());
+                            }
                         }
                         for event in tool_calls.dedupe(map_update(update, max_summary_chars)) {
                             if events_tx.send(event).await.is_err() {
@@ -766,6 +834,45 @@ mod tests {
             name: "t".to_owned(),
             input: Value::Null,
         }
+    }
+
+    #[test]
+    fn a_permission_request_takes_kind_title_and_input_from_the_announced_tool_call() {
+        use agentwire_acp::schema::{ToolCall, ToolCallUpdate, ToolKind};
+        let announced = AnnouncedToolCalls::default();
+        announced.observe(&SessionUpdate::ToolCall(
+            ToolCall::new("call-1", "write hello.txt")
+                .kind(ToolKind::Edit)
+                .raw_input(json!({"path": "hello.txt"})),
+        ));
+        let bare = RequestPermissionRequest::new(
+            "s1",
+            ToolCallUpdate::new("call-1", ToolCallUpdateFields::new()),
+            vec![],
+        );
+        let fields = announced.complete(bare).tool_call.fields;
+        assert_eq!(fields.kind, Some(ToolKind::Edit));
+        assert_eq!(fields.title.as_deref(), Some("write hello.txt"));
+        assert_eq!(fields.raw_input, Some(json!({"path": "hello.txt"})));
+        // What the request says itself wins; another id is left alone.
+        let own = RequestPermissionRequest::new(
+            "s1",
+            ToolCallUpdate::new(
+                "call-1",
+                ToolCallUpdateFields::new().title("own title".to_owned()),
+            ),
+            vec![],
+        );
+        assert_eq!(
+            announced.complete(own).tool_call.fields.title.as_deref(),
+            Some("own title")
+        );
+        let other = RequestPermissionRequest::new(
+            "s1",
+            ToolCallUpdate::new("call-2", ToolCallUpdateFields::new()),
+            vec![],
+        );
+        assert_eq!(announced.complete(other).tool_call.fields.kind, None);
     }
 
     #[test]

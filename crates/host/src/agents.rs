@@ -396,6 +396,20 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// `max_line_bytes` as written: a non-negative TOML integer (the range is checked with the entry); anything else
+/// (`-1`, `"4MiB"`, `1.5`) makes the entry invalid with a message naming the key (located like other entry errors).
+fn max_line_bytes_value<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    use serde::Deserialize as _;
+    match toml::Value::deserialize(deserializer)? {
+        toml::Value::Integer(n) if n >= 0 => Ok(Some(n.unsigned_abs())),
+        other => Err(serde::de::Error::custom(format!(
+            "max_line_bytes must be a whole number of bytes in 1..={MAX_MAX_LINE_BYTES}, not {other}"
+        ))),
+    }
+}
+
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEntry {
@@ -409,6 +423,7 @@ struct RawEntry {
     model: Option<String>,
     #[serde(default)]
     remote_api_opt_in: bool,
+    #[serde(default, deserialize_with = "max_line_bytes_value")]
     max_line_bytes: Option<u64>,
     first_output_timeout_secs: Option<u64>,
     include_partial_messages: Option<bool>,
@@ -853,6 +868,27 @@ mod tests {
             let err = entry.status.as_ref().expect_err("refused");
             assert_eq!(err.code(), "agent_entry_invalid");
             assert!(err.to_string().contains("max_line_bytes"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_max_line_bytes_that_is_not_a_whole_number_names_the_key_and_its_place() {
+        for value in ["-1", "\"4MiB\"", "1.5"] {
+            let text = format!(
+                "[[agents]]\nname = \"big\"\nprotocol = \"acp\"\nexecutable = \"$EXE\"\nmax_line_bytes = {value}\n"
+            );
+            let s = setup(Some(&text));
+            let reg = load(&s, &[]).unwrap();
+            let entry = reg.entries().iter().find(|e| e.name == "big").unwrap();
+            // Located like every entry error (the entry's line and column in agents.toml).
+            assert_eq!(entry.location, Some((1, 1)));
+            let err = entry.status.as_ref().expect_err("refused");
+            assert_eq!(err.code(), "agent_entry_invalid");
+            let message = err.to_string();
+            assert!(
+                message.contains("max_line_bytes must be a whole number of bytes"),
+                "{message}"
+            );
         }
     }
 

@@ -1186,13 +1186,27 @@ async fn run_turn_inner(
         message: recorder.message,
         text: std::mem::take(&mut recorder.pending),
     });
+    let total_cost_usd = match (&agent.protocol, outcome.total_cost_usd) {
+        (AgentProtocol::Acp, Some(cumulative)) => {
+            let session = recorder
+                .session_id
+                .clone()
+                .or_else(|| outcome.session_id.as_ref().map(|s| s.to_string()));
+            let earlier = match (&session, recorder.store.thread_detail(&thread_id)) {
+                (Some(session), Ok(detail)) => earlier_session_cost(&detail.runs, session),
+                _ => 0.0,
+            };
+            Some(acp_run_cost(cumulative, earlier))
+        }
+        (_, cost) => cost,
+    };
     let end = RunEnd {
         status,
         usage: outcome.usage.as_ref().map(run_usage),
         error_code: error_code.clone(),
         // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
         error_reason: error_reason.clone().or_else(|| error_detail.clone()),
-        total_cost_usd: outcome.total_cost_usd,
+        total_cost_usd,
         pending_text,
     };
     let Recorder {
@@ -1308,5 +1322,41 @@ mod tests {
         assert_eq!(stored_user_message("hi", &[]), "hi");
         assert!(turn_blocks("", &[]).is_empty());
         assert_eq!(turn_blocks("hi", &[]), vec![ContentBlock::text("hi")]);
+    }
+}
+
+/// The cost recorded for the runs of `session` so far (USD; each an ACP per-run cost, see [`acp_run_cost`]).
+pub fn earlier_session_cost(runs: &[crate::store::RunRecord], session: &str) -> f64 {
+    runs.iter()
+        .filter(|r| r.session_id.as_deref() == Some(session))
+        .filter_map(|r| r.total_cost_usd)
+        .sum()
+}
+
+/// The cost of one ACP run: ACP `usage_update.cost` is the session's cumulative cost (ACP schema
+/// `UsageUpdate.cost`), so a run records `cumulative` minus what the session's earlier runs recorded (`earlier`),
+/// never below 0 (an agent whose count went back is charged nothing for the run). The runs' costs then add up to
+/// the session's cumulative cost, as the thread's total cost sums runs.
+pub fn acp_run_cost(cumulative: f64, earlier: f64) -> f64 {
+    (cumulative - earlier).max(0.0)
+}
+
+#[cfg(test)]
+mod acp_cost_tests {
+    use super::*;
+
+    #[test]
+    fn acp_cumulative_costs_are_recorded_as_per_run_deltas() {
+        // $1, $2, $3 cumulative over three runs of one session: runs record 1, 1, 1; the thread totals $3.
+        let mut earlier = 0.0;
+        let mut recorded = Vec::new();
+        for cumulative in [1.0, 2.0, 3.0] {
+            let cost = acp_run_cost(cumulative, earlier);
+            earlier += cost;
+            recorded.push(cost);
+        }
+        assert_eq!(recorded, [1.0, 1.0, 1.0]);
+        assert_eq!(earlier, 3.0);
+        assert_eq!(acp_run_cost(0.5, 3.0), 0.0);
     }
 }
