@@ -479,16 +479,20 @@ fn resolve_link(executable: &Path) -> Option<Result<PathBuf, ConfigError>> {
     if !meta.file_type().is_symlink() {
         return None;
     }
-    Some(
-        std::fs::canonicalize(executable).map_err(|e| ConfigError::Launch {
+    Some(std::fs::canonicalize(executable).map_err(|e| {
+        // Name what the link points to (as written in the link), so a dangling link says which file is missing.
+        let target = std::fs::read_link(executable)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|_| "?".to_owned());
+        ConfigError::Launch {
             message: format!(
-                "executable {} is a symbolic link to a file that cannot be resolved: {}",
+                "executable {} is a symbolic link to {target}, which cannot be resolved: {}",
                 executable.display(),
                 e.kind()
             ),
             launch_code: "executable_not_found",
-        }),
-    )
+        }
+    }))
 }
 
 fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry {
@@ -1050,6 +1054,24 @@ mod tests {
                 link.display(),
                 target.display()
             )),
+            "{err}"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_dangling_executable_link_names_the_missing_target() {
+        let s = setup(Some(
+            "[[agents]]\nname = \"dangling\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE-link\"\n",
+        ));
+        let missing = s.bin.join("gone");
+        std::os::unix::fs::symlink(&missing, s.bin.join(format!("{BUNDLED_AGENT}-link"))).unwrap();
+        let reg = load(&s, &[]).unwrap();
+        let err = reg.resolve(Some("dangling")).unwrap_err();
+        assert_eq!(err.code(), "executable_not_found");
+        assert!(
+            err.to_string()
+                .contains(&format!("a symbolic link to {}", missing.display())),
             "{err}"
         );
     }
