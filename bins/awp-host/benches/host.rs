@@ -240,15 +240,19 @@ async fn turn_overhead(out: &mut String, tmp: &Path) {
         )
     } else {
         format!(
-            "Goal missed with synchronous=FULL: {:.2}× ({:.2?} over the {budget:.2?} of overhead that {GOAL_RATIO}× allows): \
-             the durability invariants need at least the begin commit before the stdin write, and one fsync alone \
-             ({m_commit_full:.2?}) is {:.1}× that budget; the floor above (bare pipe + one commit) is already {:.2}×. \
-             With synchronous=NORMAL (commits survive a host crash, not a power loss) `run_turn` is {:.2}×.",
+            "Goal missed with synchronous=FULL: {:.2}× ({:.2?} over the {budget:.2?} of overhead that {GOAL_RATIO}× allows). \
+             Why: `run_turn` makes three fsynced commits in its critical path (begin before the spawn, the session id, \
+             the end after the exit), and one fsync alone ({m_commit_full:.2?}) is {:.1}× the whole budget. A single \
+             commit overlapped with the agent's startup costs much less: the floor above (bare pipe + one commit \
+             between spawn and the stdin write) is {:.2}×. With synchronous=NORMAL (commits survive a host crash, not \
+             a power loss) `run_turn` is still {:.2}×: about {:.2?} per turn is the host's own work besides fsyncs \
+             (store transactions, launch set-up, normalization, the stop ladder), not yet profiled.",
             ratio(m_full),
             m_full.saturating_sub(m_base.mul_f64(GOAL_RATIO)),
             m_commit_full.as_secs_f64() / budget.as_secs_f64(),
             ratio(m_floor),
             ratio(m_normal),
+            m_normal.saturating_sub(m_base),
         )
     };
     writeln!(out, "\n{verdict}").unwrap();
