@@ -34,7 +34,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Task {
-    /// Installs missing OS tools the tests use (jq, uuidgen), then format check, clippy with -D warnings, and the
+    /// Installs missing OS tools the tests use (jq, uuidgen, tmux), then format check, clippy with -D warnings, and the
     /// whole test suite: exactly what CI runs.
     Ci,
     /// Run every benchmark (release build) and write the summary with ratios to docs/benchmarks.md.
@@ -126,8 +126,9 @@ fn run(root: &Path, mut cmd: Command) -> Result<()> {
 
 /// OS tools the tests run, with the Debian package that provides each.
 ///
-/// `jq` and `uuidgen` are what the Kandev seed's example `agent.sh` needs (agentctl's tests run it unmodified).
-const OS_TOOLS: &[(&str, &str)] = &[("jq", "jq"), ("uuidgen", "uuid-runtime")];
+/// `jq` and `uuidgen` are what the Kandev seed's example `agent.sh` needs (agentctl's tests run it unmodified);
+/// `tmux` is the terminal awp-host's interactive-session tests type into (`bins/awp-host/tests/interactive.rs`).
+const OS_TOOLS: &[(&str, &str)] = &[("jq", "jq"), ("uuidgen", "uuid-runtime"), ("tmux", "tmux")];
 
 /// Installs the Debian packages of the [`OS_TOOLS`] that are missing from `PATH`, with `apt-get` (as root, or through
 /// `sudo`). On a machine without `apt-get` it fails naming what to install.
