@@ -227,8 +227,8 @@ async fn turn_overhead(out: &mut String, tmp: &Path) {
         out,
         "\nOne committed one-row write on the same disk, WAL (p50 of {turns}, interleaved with the turns): \
          synchronous=FULL {m_commit_full:.2?} (one fsync), synchronous=NORMAL {m_commit_normal:.2?} (no fsync). \
-         A `run_turn` commits 3 times: the begin (thread, run, user message; before the agent is spawned, so \
-         before the turn is written to its stdin), the session id when the agent reports it (before any observer \
+         A `run_turn` commits 4 times: the begin (thread, run, user message; before the agent is spawned, so \
+         before the turn is written to its stdin), the agent's pid after the spawn (orphan detection), the session id when the agent reports it (before any observer \
          sees it), and the end (after the agent exited, with its stderr for the failure reason)."
     )
     .unwrap();
@@ -241,7 +241,7 @@ async fn turn_overhead(out: &mut String, tmp: &Path) {
     } else {
         format!(
             "Goal missed with synchronous=FULL: {:.2}× ({:.2?} over the {budget:.2?} of overhead that {GOAL_RATIO}× allows). \
-             Why: `run_turn` makes three fsynced commits in its critical path (begin before the spawn, the session id, \
+             Why: `run_turn` makes four fsynced commits in its critical path (begin before the spawn, the agent's pid, the session id, \
              the end after the exit), and one fsync alone ({m_commit_full:.2?}) is {:.1}× the whole budget. A single \
              commit overlapped with the agent's startup costs much less: the floor above (bare pipe + one commit \
              between spawn and the stdin write) is {:.2}×. With synchronous=NORMAL (commits survive a host crash, not \
