@@ -302,12 +302,7 @@ fn main() {
         println!("smoke run (no --bench argument): no report written");
         return;
     }
-    let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
-        std::path::PathBuf::from,
-    );
-    std::fs::create_dir_all(&dir).expect("bench output dir");
-    let path = dir.join("agentctl_relay.md");
-    std::fs::write(&path, &report).expect("write bench report");
+    let path = agentwire_testkit::bench::write_result("agentctl_relay.md", &report)
+        .expect("write bench report");
     println!("written to {}", path.display());
 }

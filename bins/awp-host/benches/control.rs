@@ -788,12 +788,6 @@ fn main() {
         print!("smoke run (no --bench), not written:\n{out}");
         return;
     }
-    let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results")
-        });
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("awp-host-control.md"), &out).unwrap();
+    agentwire_testkit::bench::write_result("awp-host-control.md", &out).unwrap();
     print!("{out}");
 }

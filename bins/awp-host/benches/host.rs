@@ -482,16 +482,10 @@ fn main() {
         resident_memory(&mut out, tmp.path()).await;
     });
     // Smoke run (no `--bench`: `cargo test --bench host`, as `cargo xtask ci` does): checked to run, not written.
-    if !std::env::args().any(|a| a == "--bench") {
+    if agentwire_testkit::bench::smoke_mode() {
         print!("smoke run (no --bench argument), not written:\n{out}");
         return;
     }
-    let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results")
-        });
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("awp-host.md"), &out).unwrap();
+    agentwire_testkit::bench::write_result("awp-host.md", &out).unwrap();
     print!("{out}");
 }

@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use agentwire_host::tasks::{
@@ -169,12 +169,6 @@ fn main() {
         print!("smoke run (no --bench), not written:\n{out}");
         return;
     }
-    let dir = std::env::var_os("AGENTWIRE_BENCH_OUT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results")
-        });
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("tasks.md"), &out).unwrap();
+    agentwire_testkit::bench::write_result("tasks.md", &out).unwrap();
     print!("{out}");
 }

@@ -12,7 +12,6 @@
 //! `AGENTWIRE_BENCH_QUICK=1` runs fewer iterations. Run with `cargo bench -p agentwire-jsonrpc --bench rpc_latency`.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,14 +93,11 @@ fn main() -> ExitCode {
                 println!("smoke run (no --bench argument): no report written");
                 return ExitCode::SUCCESS;
             }
-            let dir = std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
-                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
-                PathBuf::from,
-            );
-            let written = std::fs::create_dir_all(&dir)
-                .and_then(|()| std::fs::write(dir.join("rpc_latency.md"), report));
-            if let Err(error) = written {
-                eprintln!("cannot write rpc_latency.md in {}: {error}", dir.display());
+            if let Err(error) = agentwire_testkit::bench::write_result("rpc_latency.md", &report) {
+                eprintln!(
+                    "cannot write rpc_latency.md in {}: {error}",
+                    agentwire_testkit::bench::results_dir().display()
+                );
                 return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS

@@ -9,3 +9,24 @@
 pub fn smoke_mode() -> bool {
     !std::env::args().skip(1).any(|arg| arg == "--bench")
 }
+
+/// Where a custom bench writes its result fragment: `$AGENTWIRE_BENCH_OUT`, else the workspace's
+/// `target/bench-results` (the directory `cargo xtask bench` collects into `docs/benchmarks.md`).
+pub fn results_dir() -> std::path::PathBuf {
+    std::env::var_os("AGENTWIRE_BENCH_OUT").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-results"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// Writes a bench's result fragment `file_name` into [`results_dir`] (created if missing); returns its path.
+///
+/// # Errors
+/// Creating the directory or writing the file failed.
+pub fn write_result(file_name: &str, text: &str) -> std::io::Result<std::path::PathBuf> {
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(file_name);
+    std::fs::write(&path, text)?;
+    Ok(path)
+}

@@ -147,27 +147,7 @@ impl Host {
 /// Reads all of stdout, waits for the exit, returns everything.
 pub async fn collect(child: &mut Child) -> Output {
     let mut stdout = child.take_stdout().expect("stdout");
-    let work = async {
-        let mut bytes = Vec::new();
-        while let Some(item) = stdout.next().await {
-            if let StdoutItem::Bytes(b) = item {
-                bytes.extend_from_slice(&b);
-            }
-        }
-        let status = child.wait().await;
-        // The exit does not mean stderr was read: wait for its collection to end (EOF or the drain window).
-        child.stderr_tail().finished().await;
-        (bytes, status)
-    };
-    let (bytes, status) = tokio::time::timeout(RUN_TIMEOUT, work)
-        .await
-        .expect("awp-host finished in time");
-    let (tail, _) = child.stderr_tail().snapshot();
-    Output {
-        code: status.code_or_signal(),
-        stdout: String::from_utf8(bytes).expect("utf-8 stdout"),
-        stderr: String::from_utf8_lossy(&tail).into_owned(),
-    }
+    collect_from(child, &mut stdout).await
 }
 
 /// [`collect`] for a child whose stdout was already taken: reads the rest of `stdout`, waits for the exit.
@@ -180,6 +160,7 @@ pub async fn collect_from(child: &mut Child, stdout: &mut agentwire_process::Std
             }
         }
         let status = child.wait().await;
+        // The exit does not mean stderr was read: wait for its collection to end (EOF or the drain window).
         child.stderr_tail().finished().await;
         (bytes, status)
     };
