@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -675,6 +675,36 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
              PRAGMA user_version = 4;",
         )
         .map_err(db("migrating to schema 4"))?;
+    }
+    if version < 5 {
+        // Providers and their models (crate::providers). Credentials are not here: they live in a separate 0600
+        // file read only by the provider runtime. `default_config` is the model's public configuration before
+        // the user changed it, `user_config` the user's (NULL until `models.setPublicConfig`).
+        tx.execute_batch(
+            "CREATE TABLE providers (
+                id TEXT PRIMARY KEY NOT NULL,
+                name TEXT NOT NULL,
+                api_type TEXT NOT NULL,
+                base_url TEXT,
+                enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+                custom INTEGER NOT NULL CHECK (custom IN (0, 1)),
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL
+            ) STRICT;
+            CREATE TABLE provider_models (
+                provider_id TEXT NOT NULL REFERENCES providers(id) ON DELETE CASCADE,
+                model_id TEXT NOT NULL,
+                name TEXT NOT NULL,
+                enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+                custom INTEGER NOT NULL CHECK (custom IN (0, 1)),
+                default_config TEXT NOT NULL,
+                user_config TEXT,
+                created_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (provider_id, model_id)
+            ) STRICT;
+            PRAGMA user_version = 5;",
+        )
+        .map_err(db("migrating to schema 5"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
@@ -1742,6 +1772,7 @@ mod tests {
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
             "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
+             DROP TABLE provider_models; DROP TABLE providers;
              PRAGMA user_version = 1;",
         )
         .unwrap();
@@ -1789,6 +1820,7 @@ mod tests {
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
             "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
+             DROP TABLE provider_models; DROP TABLE providers;
              PRAGMA user_version = 2;",
         )
         .unwrap();

@@ -17,7 +17,9 @@
 
 pub mod artifacts;
 pub mod cli;
+pub mod model_config;
 pub mod ours;
+pub mod providers;
 pub mod runs;
 pub mod settings;
 
