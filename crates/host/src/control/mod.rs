@@ -13,6 +13,7 @@
 //! approval (CLI mutation guard: a fresh approval per request, failing closed at once with no renderer) → dispatch;
 //! every decision is written to the audit log (method, effect, outcome, hash of the redacted arguments).
 
+pub mod admission;
 pub mod approver;
 mod runs;
 pub mod settings;
@@ -81,6 +82,9 @@ pub struct ControlConfig {
     /// The app bundle whose tools `tools.list`/`tools.call` serve (`awp-host serve --app DIR`), loaded with
     /// [`tools::tool_limits`]. Default `None`: `tools.list` answers `[]` and `tools.call` `not_found`.
     pub app: Option<PathBuf>,
+    /// Background compute admission (model/media/OCR and agents' tool calls). Default
+    /// [`admission::AdmissionLimits::default`].
+    pub admission: admission::AdmissionLimits,
 }
 
 impl ControlConfig {
@@ -93,6 +97,7 @@ impl ControlConfig {
             turn_options: TurnOptions::default(),
             approval_timeout: Duration::from_secs(120),
             app: None,
+            admission: admission::AdmissionLimits::default(),
         }
     }
 }
@@ -154,6 +159,8 @@ pub(crate) struct Inner {
     /// The host environment at open, the source of the tools' `sandbox.env.pass` and secrets (as for
     /// `awp-host tools call`).
     pub(crate) tool_env: std::collections::BTreeMap<String, String>,
+    /// Background compute admission ([`admission`]).
+    pub(crate) admission: admission::ComputeAdmission,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -176,6 +183,17 @@ pub struct Grant {
     caller: Caller,
     method: &'static str,
     token: Option<RequestGrant>,
+    /// Held while a background compute request runs ([`admission`]); `None` for everything else.
+    compute: Option<admission::ComputePermit>,
+}
+
+impl Grant {
+    /// The compute capacity this request holds, `None` unless the method is background compute
+    /// ([`admission::compute_domain`]); its [`queue_ms`](admission::ComputePermit::queue_ms) is the wait
+    /// DeepChat reports as `latency.queueMs`.
+    pub fn compute_permit(&self) -> Option<&admission::ComputePermit> {
+        self.compute.as_ref()
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -237,6 +255,7 @@ impl ControlPlane {
             stats: OnceLock::new(),
             app,
             tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
+            admission: admission::ComputeAdmission::new(config.admission.clone()),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -289,6 +308,12 @@ impl ControlPlane {
     /// The loaded app bundle (`ControlConfig::app`), if any.
     pub fn app(&self) -> Option<&agentwire_cli_driver::AppBundle> {
         self.inner.app.as_deref()
+    }
+
+    /// The background compute admission every `compute` method but `sessions.runDetached` passes
+    /// ([`admission`]); handlers read their wait from [`Grant::compute_permit`].
+    pub fn compute_admission(&self) -> &admission::ComputeAdmission {
+        &self.inner.admission
     }
 
     /// The approval broker (attach the approvals console as a renderer).
@@ -630,22 +655,65 @@ impl ControlPlane {
                     return Err(error(code, e.to_string()));
                 }
                 self.audit(&caller, spec, params, Outcome::Approved, request_id);
+                let compute = match self.admit_compute(ctx, &caller, spec, params).await {
+                    Ok(compute) => compute,
+                    Err(e) => {
+                        self.audit(&caller, spec, params, Outcome::RateLimited, request_id);
+                        release(token);
+                        return Err(e);
+                    }
+                };
                 return Ok(Grant {
                     caller,
                     method: spec.method,
                     token,
+                    compute,
                 });
             }
         }
+        // Compute admission after policy (DeepChat's order): a refusal is audited as `rate-limited` instead of
+        // `allowed`.
+        let compute = match self.admit_compute(ctx, &caller, spec, params).await {
+            Ok(compute) => compute,
+            Err(e) => {
+                self.audit(&caller, spec, params, Outcome::RateLimited, request_id);
+                release(token);
+                return Err(e);
+            }
+        };
         self.audit(&caller, spec, params, Outcome::Allowed, request_id);
         Ok(Grant {
             caller,
             method: spec.method,
             token,
+            compute,
         })
     }
 
+    /// Background compute admission for `spec` ([`admission::compute_domain`]); `None` for a method that is not
+    /// background compute. Waiting in the queue ends with the request (`ctx.cancel`).
+    async fn admit_compute(
+        &self,
+        ctx: &RequestContext,
+        caller: &Caller,
+        spec: &MethodSpec,
+        params: &Value,
+    ) -> Result<Option<admission::ComputePermit>, ErrorBody> {
+        let effect = policy::resolve_effect(spec, params);
+        let Some(domain) = admission::compute_domain(spec.method, effect) else {
+            return Ok(None);
+        };
+        let request = admission::ComputeRequest::new(spec.method, domain, caller);
+        tokio::select! {
+            admitted = self.inner.admission.admit(request) => admitted
+                .map(Some)
+                .map_err(|e| e.to_error_body()),
+            () = ctx.cancel.cancelled() => Err(error(ErrorCode::Cancelled, "cancelled while waiting for compute capacity")),
+        }
+    }
+
     fn end(&self, grant: &mut Grant) {
+        grant.compute = None;
         if let Some(token) = grant.token.take() {
             lock(&self.inner.tokens).end_request(token);
         }
