@@ -495,6 +495,18 @@ mod tests {
             ("agentTokens.issue", Decision::Allow, denied_caller.clone()),
             ("agentTokens.revoke", Decision::Allow, denied_caller.clone()),
             ("tools.list", Decision::Allow, Decision::Allow),
+            ("models.listPublic", Decision::Allow, Decision::Allow),
+            ("models.getCapabilities", Decision::Allow, Decision::Allow),
+            ("models.invoke", Decision::Allow, Decision::Allow),
+            ("images.generate", Decision::Allow, Decision::Allow),
+            ("videos.generate", Decision::Allow, Decision::Allow),
+            ("speech.generate", Decision::Allow, Decision::Allow),
+            (
+                "audio.transcribeUpload",
+                Decision::Allow,
+                denied_caller.clone(),
+            ),
+            ("audio.transcribeArtifact", Decision::Allow, Decision::Allow),
             // Unresolved (no bundle): the strictest row; the host resolves `mutates:` first.
             (
                 "tools.call",

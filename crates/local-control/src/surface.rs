@@ -10,6 +10,8 @@
 //! DeepChat `src/main/cli/surface.ts` (`CLI_SURFACE_V2_ENTRIES`: effects, callers, scopes, limits) and
 //! `src/shared/contracts/routes/cli.routes.ts` (`LocalControlCapabilitySchema`).
 
+mod models;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -300,7 +302,12 @@ impl Surface {
     /// settings methods (issue 7), plus agentwire's own `threads.list`, `threads.get`,
     /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`.
     pub fn standard() -> Surface {
-        match Surface::from_specs(standard_specs()) {
+        match Surface::from_specs(
+            standard_specs()
+                .into_iter()
+                .chain(models::specs())
+                .collect(),
+        ) {
             Ok(surface) => surface,
             // The standard table is a constant checked by `standard_surface_is_valid`; an empty surface
             // (deny everything) is the fail-closed answer should it ever be wrong.
@@ -780,7 +787,7 @@ mod tests {
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
         assert_eq!(surface.specs().len(), 21);
-        assert_eq!(Surface::standard().specs().len(), 21);
+        assert_eq!(Surface::standard().specs().len(), 21 + 8);
     }
 
     #[test]

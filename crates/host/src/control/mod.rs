@@ -15,6 +15,7 @@
 
 pub mod admission;
 pub mod approver;
+mod models;
 mod runs;
 pub mod settings;
 pub mod tools;
@@ -54,7 +55,9 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
-/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token). Never `sessions:run` (an
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), list and invoke models and
+/// generate or transcribe media through compute admission (`models:read`, `models:invoke`, `media:generate`,
+/// `audio:transcribe`; results are artifact ids and metadata, never bytes). Never `sessions:run` (an
 /// agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
@@ -64,6 +67,10 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ArtifactsManage,
     Scope::SettingsRead,
     Scope::SkillsRead,
+    Scope::ModelsRead,
+    Scope::ModelsInvoke,
+    Scope::MediaGenerate,
+    Scope::AudioTranscribe,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -85,6 +92,9 @@ pub struct ControlConfig {
     /// Background compute admission (model/media/OCR and agents' tool calls). Default
     /// [`admission::AdmissionLimits::default`].
     pub admission: admission::AdmissionLimits,
+    /// Bounds of every provider call of the compute methods (time, response bytes). Default
+    /// [`agentwire_provider::Limits::default`].
+    pub provider_limits: agentwire_provider::Limits,
 }
 
 impl ControlConfig {
@@ -98,6 +108,7 @@ impl ControlConfig {
             approval_timeout: Duration::from_secs(120),
             app: None,
             admission: admission::AdmissionLimits::default(),
+            provider_limits: agentwire_provider::Limits::default(),
         }
     }
 }
@@ -161,6 +172,8 @@ pub(crate) struct Inner {
     pub(crate) tool_env: std::collections::BTreeMap<String, String>,
     /// Background compute admission ([`admission`]).
     pub(crate) admission: admission::ComputeAdmission,
+    /// Bounds of the compute methods' provider calls ([`ControlConfig::provider_limits`]).
+    pub(crate) provider_limits: agentwire_provider::Limits,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -256,6 +269,7 @@ impl ControlPlane {
             app,
             tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
             admission: admission::ComputeAdmission::new(config.admission.clone()),
+            provider_limits: config.provider_limits.clone(),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -810,6 +824,7 @@ impl Service for ControlPlane {
             contract::runs::Subscribe::NAME => {
                 runs::subscribe(self, ctx, &grant.caller, request, sink).await
             }
+            m if models::streams(m) => models::stream(self, ctx, &grant, request, sink).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not a stream method"),
@@ -821,16 +836,20 @@ impl Service for ControlPlane {
 
     async fn upload(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         mut grant: Grant,
         request: UploadRequestEnvelope,
-        _file: UploadedFile,
+        file: UploadedFile,
     ) -> Result<Value, ErrorBody> {
+        let answer = match grant.method {
+            m if models::uploads(m) => models::upload(self, ctx, &grant, request, file).await,
+            other => Err(error(
+                ErrorCode::NotFound,
+                format!("{other} takes no upload on this host"),
+            )),
+        };
         self.end(&mut grant);
-        Err(error(
-            ErrorCode::NotFound,
-            format!("{} takes no upload on this host", request.request().method),
-        ))
+        answer
     }
 
     async fn download(
@@ -864,6 +883,9 @@ impl ControlPlane {
         request: RequestEnvelope,
     ) -> Result<Value, ErrorBody> {
         use contract::{artifacts, cli, ours, runs as wire_runs, settings as wire_settings};
+        if models::handles(grant.method) {
+            return models::dispatch(self, ctx, grant, request).await;
+        }
         let caller = &grant.caller;
         let p = request.params;
         match grant.method {

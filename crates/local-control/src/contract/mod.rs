@@ -17,7 +17,9 @@
 
 pub mod artifacts;
 pub mod cli;
+pub mod media;
 pub mod model_config;
+pub mod models;
 pub mod ours;
 pub mod providers;
 pub mod runs;

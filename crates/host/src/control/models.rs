@@ -1,0 +1,992 @@
+//! Model and media compute: `models.listPublic`, `models.getCapabilities`, `models.invoke` (stream),
+//! `images.generate` / `speech.generate` / `videos.generate` (stream), `audio.transcribeUpload` (upload) and
+//! `audio.transcribeArtifact` (rpc), served with `agentwire-provider`.
+//!
+//! Source: DeepChat `src/main/cli/computeService.ts` (`invokeModel`, `generateImages`, `generateVideos`,
+//! `generateSpeech`, `persistMedia`, `normalizeMediaFailure`): the event order (`started`, deltas, `usage`,
+//! `stop`; media `started` then one `artifact` per output), latency fields, `unavailable` with
+//! `details.providerFailure: {statusCode?, retryable}` for upstream failures, `cancelled` when the caller goes
+//! away. Binary results go to the artifact spool owned by the caller; callers get ids and metadata only.
+//!
+//! Providers come from the host's [`ProviderRegistry`](crate::providers::ProviderRegistry): `builtin` is the
+//! deterministic built-in provider (its chat model `builtin-demo` is in the registry; its media models
+//! `builtin-image`, `builtin-speech`, `builtin-transcribe`, `builtin-video` are always enabled), other ids are
+//! custom OpenAI-compatible providers whose key the registry reads from its 0600 file. Compute admission
+//! (`admission`) has already run in `authorize`; its wait is `latency.queueMs`.
+//!
+//! Upstream error text, headers and bodies never reach a caller, the audit log or the host log: the provider
+//! crate never reads them, and this module logs only the stable code.
+
+use std::time::Instant;
+
+use agentwire_local_control::caller::Caller;
+use agentwire_local_control::contract::Method;
+use agentwire_local_control::contract::artifacts::ArtifactMetadata;
+use agentwire_local_control::contract::media::{
+    self as wire_media, GenerateResult, ImagesGenerate, MediaEvent, SpeechGenerate,
+    TranscribeArtifact, TranscribeUpload, TranscriptionResult, VideosGenerate,
+};
+use agentwire_local_control::contract::models::{
+    self as wire, Capabilities, CapabilitiesResult, FinishReason, GetCapabilities, Invoke,
+    InvokeEvent, InvokeLatency, InvokeResult, InvokeRole, InvokeUsage, ListPublic,
+    ListPublicResult, ModelKind, PublicModel,
+};
+use agentwire_local_control::envelope::{
+    ErrorBody, ErrorCode, RequestEnvelope, UploadRequestEnvelope,
+};
+use agentwire_local_control::server::{RequestContext, StreamSink, UploadedFile};
+use agentwire_provider::{
+    ChatMessage, ChatRequest, ImageRequest, OpenAiConfig, Provider, ProviderError, Role,
+    SpeechRequest, StreamItem, TranscriptionRequest, VideoRequest,
+};
+use agentwire_spool::{ArtifactSpec, Scope as SpoolScope};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use super::runs::{spool_error, spool_owner, wire_artifact};
+use super::{ControlPlane, Grant, error, params, result};
+use crate::providers::{BUILTIN_PROVIDER_ID, ProviderRegistry};
+
+/// The built-in provider's media models and what each is for (its chat model `builtin-demo` is in the registry).
+const BUILTIN_MEDIA_MODELS: &[(&str, ModelKind)] = &[
+    (
+        agentwire_provider::BUILTIN_IMAGE_MODEL,
+        ModelKind::ImageGeneration,
+    ),
+    (agentwire_provider::BUILTIN_SPEECH_MODEL, ModelKind::Speech),
+    (
+        agentwire_provider::BUILTIN_TRANSCRIPTION_MODEL,
+        ModelKind::Transcription,
+    ),
+    (
+        agentwire_provider::BUILTIN_VIDEO_MODEL,
+        ModelKind::VideoGeneration,
+    ),
+];
+
+/// Whether `method` is served by [`dispatch`] on `/v1/rpc`.
+pub(super) fn handles(method: &str) -> bool {
+    matches!(
+        method,
+        ListPublic::NAME | GetCapabilities::NAME | TranscribeArtifact::NAME
+    )
+}
+
+/// Whether `method` is served by [`stream`] on `/v1/stream`.
+pub(super) fn streams(method: &str) -> bool {
+    matches!(
+        method,
+        Invoke::NAME | ImagesGenerate::NAME | SpeechGenerate::NAME | VideosGenerate::NAME
+    )
+}
+
+/// Whether `method` is served by [`upload`] on `/v1/upload`.
+pub(super) fn uploads(method: &str) -> bool {
+    method == TranscribeUpload::NAME
+}
+
+fn millis(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn cancelled() -> ErrorBody {
+    error(ErrorCode::Cancelled, "compute request was cancelled").retriable(true)
+}
+
+/// A provider failure as the caller sees it: our stable code, never upstream text.
+fn provider_failure(e: &ProviderError, what: &str) -> ErrorBody {
+    tracing::warn!(code = e.code(), status = ?e.status(), "{what} failed at the provider");
+    match e {
+        ProviderError::InvalidInput { reason } => {
+            error(ErrorCode::InvalidRequest, format!("{what}: {reason}"))
+        }
+        ProviderError::InputTooLarge => error(
+            ErrorCode::BodyTooLarge,
+            format!("{what}: input over the provider limit"),
+        ),
+        ProviderError::ReplyTooLong | ProviderError::ResponseTooLarge => error(
+            ErrorCode::ResultTooLarge,
+            format!("{what}: provider output over its limit ({})", e.code()),
+        ),
+        _ => {
+            let mut failure = serde_json::Map::new();
+            if let Some(status) = e.status() {
+                failure.insert("statusCode".to_owned(), json!(status));
+            }
+            failure.insert("retryable".to_owned(), json!(e.retryable()));
+            let mut details = serde_json::Map::new();
+            details.insert("providerFailure".to_owned(), Value::Object(failure));
+            let mut body = error(
+                ErrorCode::Unavailable,
+                format!("model provider request failed ({})", e.code()),
+            )
+            .retriable(e.retryable());
+            body.details = Some(details);
+            body
+        }
+    }
+}
+
+fn registry(plane: &ControlPlane) -> Result<ProviderRegistry, ErrorBody> {
+    ProviderRegistry::open(&plane.inner.data_dir).map_err(|e| {
+        error(
+            ErrorCode::Unavailable,
+            format!("provider registry unavailable ({})", e.code()),
+        )
+        .retriable(true)
+    })
+}
+
+fn registry_error(e: &crate::providers::ProviderError) -> ErrorBody {
+    use crate::providers::ProviderError as E;
+    match e {
+        E::ProviderNotFound(_) | E::ModelNotFound { .. } | E::NoEnabledModel(_) => {
+            error(ErrorCode::NotFound, e.to_string())
+        }
+        E::ProviderDisabled(_) | E::ModelDisabled { .. } => {
+            error(ErrorCode::Conflict, e.to_string())
+        }
+        _ => error(
+            ErrorCode::Unavailable,
+            format!("provider registry: {}", e.code()),
+        )
+        .retriable(true),
+    }
+}
+
+fn kind_of(model_type: agentwire_local_control::contract::model_config::ModelType) -> ModelKind {
+    use agentwire_local_control::contract::model_config::ModelType;
+    match model_type {
+        ModelType::Chat => ModelKind::Chat,
+        ModelType::Embedding => ModelKind::Embedding,
+        ModelType::Rerank => ModelKind::Rerank,
+        ModelType::ImageGeneration => ModelKind::ImageGeneration,
+    }
+}
+
+/// A resolved, enabled model and the provider that serves it.
+struct Target {
+    provider_id: String,
+    model_id: String,
+    provider: Provider,
+}
+
+/// Resolves `provider_id`/`model_id` for a call that needs a model of `kind`.
+///
+/// Custom providers' models are checked against `kind` only where the registry's model types can say
+/// (chat and image generation); speech, transcription and video models of custom providers are taken as named.
+fn resolve(
+    plane: &ControlPlane,
+    provider_id: &str,
+    model_id: &str,
+    kind: ModelKind,
+) -> Result<Target, ErrorBody> {
+    let limits = plane.inner.provider_limits.clone();
+    if provider_id == BUILTIN_PROVIDER_ID
+        && let Some((_, builtin_kind)) = BUILTIN_MEDIA_MODELS.iter().find(|(id, _)| *id == model_id)
+    {
+        if *builtin_kind != kind {
+            return Err(not_for(kind));
+        }
+        return Ok(Target {
+            provider_id: provider_id.to_owned(),
+            model_id: model_id.to_owned(),
+            provider: Provider::builtin(limits),
+        });
+    }
+    let resolved = registry(plane)?
+        .resolve(Some(provider_id), Some(model_id))
+        .and_then(crate::providers::ResolvedModel::require_enabled)
+        .map_err(|e| registry_error(&e))?;
+    let registered = kind_of(resolved.config.model_type);
+    let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
+    if (checkable || resolved.builtin) && registered != kind {
+        return Err(not_for(kind));
+    }
+    let provider = if resolved.builtin {
+        Provider::builtin(limits)
+    } else {
+        let api_key = resolved
+            .api_key
+            .as_ref()
+            .map(|key| agentwire_provider::ApiKey::new(key.expose()))
+            .transpose()
+            .map_err(|_| {
+                error(
+                    ErrorCode::Conflict,
+                    "the provider's stored key is not usable",
+                )
+            })?;
+        let base_url = resolved
+            .base_url
+            .clone()
+            .ok_or_else(|| error(ErrorCode::Conflict, "the provider has no base url"))?;
+        Provider::openai(OpenAiConfig {
+            base_url,
+            api_key,
+            default_model: Some(resolved.model_id.clone()),
+            limits,
+        })
+        .map_err(|e| {
+            error(
+                ErrorCode::Conflict,
+                format!("provider not usable ({})", e.code()),
+            )
+        })?
+    };
+    Ok(Target {
+        provider_id: resolved.provider_id,
+        model_id: resolved.model_id,
+        provider,
+    })
+}
+
+fn not_for(kind: ModelKind) -> ErrorBody {
+    let what = match kind {
+        ModelKind::Chat => "raw text invocation",
+        ModelKind::ImageGeneration => "image generation",
+        ModelKind::Speech => "speech generation",
+        ModelKind::Transcription => "transcription",
+        ModelKind::VideoGeneration => "video generation",
+        ModelKind::Embedding | ModelKind::Rerank => "this method",
+    };
+    error(
+        ErrorCode::Conflict,
+        format!("model is not configured for {what}"),
+    )
+}
+
+/// `/v1/rpc` methods of this module.
+pub(super) async fn dispatch(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    grant: &Grant,
+    request: RequestEnvelope,
+) -> Result<Value, ErrorBody> {
+    match grant.method {
+        ListPublic::NAME => {
+            let p = params::<ListPublic>(request.params)?;
+            list_public(plane, &p)
+        }
+        GetCapabilities::NAME => {
+            let p = params::<GetCapabilities>(request.params)?;
+            capabilities(plane, &p)
+        }
+        TranscribeArtifact::NAME => {
+            let p = params::<TranscribeArtifact>(request.params)?;
+            transcribe_artifact(plane, ctx, &grant.caller, p).await
+        }
+        other => Err(error(
+            ErrorCode::NotFound,
+            format!("{other} is not served here"),
+        )),
+    }
+}
+
+fn list_public(plane: &ControlPlane, p: &wire::ListPublicParams) -> Result<Value, ErrorBody> {
+    let registry = registry(plane)?;
+    let enabled_only = p.enabled_only.unwrap_or(false);
+    let providers = registry.list(false).map_err(|e| registry_error(&e))?;
+    let mut models = Vec::new();
+    for provider in providers {
+        if p.provider_id.as_deref().is_some_and(|id| id != provider.id) {
+            continue;
+        }
+        for model in registry
+            .models(&provider.id)
+            .map_err(|e| registry_error(&e))?
+        {
+            models.push(PublicModel {
+                provider_id: provider.id.clone(),
+                name: model.name.clone(),
+                id: model.model_id,
+                kind: kind_of(model.config.model_type),
+                enabled: model.enabled,
+                provider_enabled: provider.enabled,
+                builtin: provider.is_builtin(),
+            });
+        }
+        if provider.is_builtin() {
+            models.extend(BUILTIN_MEDIA_MODELS.iter().map(|(id, kind)| PublicModel {
+                provider_id: provider.id.clone(),
+                id: (*id).to_owned(),
+                name: (*id).to_owned(),
+                kind: *kind,
+                enabled: true,
+                provider_enabled: provider.enabled,
+                builtin: true,
+            }));
+        }
+    }
+    if enabled_only {
+        models.retain(|m| m.enabled && m.provider_enabled);
+    }
+    if models.len() > wire::MAX_PUBLIC_MODELS {
+        return Err(error(
+            ErrorCode::ResultTooLarge,
+            "model list exceeds the public limit",
+        ));
+    }
+    result::<ListPublic>(&ListPublicResult { models })
+}
+
+fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, ErrorBody> {
+    let kind = if p.provider_id == BUILTIN_PROVIDER_ID
+        && let Some((_, kind)) = BUILTIN_MEDIA_MODELS
+            .iter()
+            .find(|(id, _)| *id == p.model_id)
+    {
+        *kind
+    } else {
+        let model = registry(plane)?
+            .model(&p.provider_id, &p.model_id)
+            .map_err(|e| registry_error(&e))?;
+        kind_of(model.config.model_type)
+    };
+    let builtin = p.provider_id == BUILTIN_PROVIDER_ID;
+    let methods: &[&str] = match kind {
+        ModelKind::Chat => &[Invoke::NAME],
+        ModelKind::ImageGeneration => &[ImagesGenerate::NAME],
+        ModelKind::Speech => &[SpeechGenerate::NAME],
+        ModelKind::Transcription => &[TranscribeUpload::NAME, TranscribeArtifact::NAME],
+        ModelKind::VideoGeneration => &[VideosGenerate::NAME],
+        ModelKind::Embedding | ModelKind::Rerank => &[],
+    };
+    result::<GetCapabilities>(&CapabilitiesResult {
+        provider_id: p.provider_id.clone(),
+        model_id: p.model_id.clone(),
+        capabilities: Capabilities {
+            kind: Some(kind),
+            streaming: kind == ModelKind::Chat,
+            // The built-in provider never reasons; an OpenAI-compatible one may send `reasoning_content`.
+            reasoning: kind == ModelKind::Chat && !builtin,
+            vision: false,
+            function_call: false,
+            methods: methods.iter().map(|m| (*m).to_owned()).collect(),
+        },
+    })
+}
+
+/// `/v1/stream` methods of this module.
+pub(super) async fn stream(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    grant: &Grant,
+    request: RequestEnvelope,
+    sink: StreamSink,
+) -> Result<Value, ErrorBody> {
+    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    match grant.method {
+        Invoke::NAME => {
+            let p = params::<Invoke>(request.params)?;
+            invoke(plane, ctx, p, queue_ms, sink).await
+        }
+        ImagesGenerate::NAME | SpeechGenerate::NAME | VideosGenerate::NAME => {
+            generate(plane, ctx, grant, &request, sink).await
+        }
+        other => Err(error(
+            ErrorCode::NotFound,
+            format!("{other} is not a stream method"),
+        )),
+    }
+}
+
+async fn emit(sink: &mut StreamSink, event: &str, data: Value) -> Result<(), ErrorBody> {
+    sink.emit(event, data).await
+}
+
+/// Splits `text` into pieces of at most [`wire::MODEL_INVOKE_MAX_DELTA_CHARACTERS`] UTF-16 units.
+fn split_delta(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut units = 0;
+    for (index, c) in text.char_indices() {
+        if units + c.len_utf16() > wire::MODEL_INVOKE_MAX_DELTA_CHARACTERS {
+            pieces.push(&text[start..index]);
+            start = index;
+            units = 0;
+        }
+        units += c.len_utf16();
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+}
+
+async fn invoke(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    p: wire::InvokeParams,
+    queue_ms: u64,
+    mut sink: StreamSink,
+) -> Result<Value, ErrorBody> {
+    let started = Instant::now();
+    let target = resolve(plane, &p.provider_id, &p.model_id, ModelKind::Chat)?;
+    let chat = ChatRequest {
+        model: Some(target.model_id.clone()),
+        messages: p
+            .messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    InvokeRole::System => Role::System,
+                    InvokeRole::User => Role::User,
+                    InvokeRole::Assistant => Role::Assistant,
+                };
+                ChatMessage::text(role, m.content.clone())
+            })
+            .collect(),
+        tools: Vec::new(),
+        temperature: p.temperature,
+        max_tokens: p.max_tokens,
+    };
+    let mut reply = tokio::select! {
+        reply = target.provider.chat(&chat) => reply.map_err(|e| provider_failure(&e, "model invocation"))?,
+        () = ctx.cancel.cancelled() => return Err(cancelled()),
+    };
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut output_units = 0usize;
+    let mut usage = None;
+    let mut finish = None;
+    let mut first_event_ms = None;
+    let mut first_text_ms = None;
+    loop {
+        // Dropping `reply` (on cancel or error) closes the upstream connection.
+        let item = tokio::select! {
+            item = reply.next() => item.map_err(|e| provider_failure(&e, "model invocation"))?,
+            () = ctx.cancel.cancelled() => return Err(cancelled()),
+        };
+        let Some(item) = item else { break };
+        if first_event_ms.is_none() {
+            first_event_ms = Some(millis(started));
+        }
+        match item {
+            StreamItem::Text(delta) | StreamItem::Reasoning(delta) if delta.is_empty() => {}
+            StreamItem::Text(delta) => {
+                if first_text_ms.is_none() {
+                    first_text_ms = Some(millis(started));
+                }
+                output_units += delta.encode_utf16().count();
+                if output_units > wire::MODEL_INVOKE_MAX_OUTPUT_CHARACTERS {
+                    return Err(error(
+                        ErrorCode::ResultTooLarge,
+                        "model output exceeds the text limit",
+                    ));
+                }
+                for piece in split_delta(&delta) {
+                    let event = InvokeEvent::TextDelta {
+                        text: piece.to_owned(),
+                    };
+                    emit(&mut sink, Invoke::NAME, to_value(&event)?).await?;
+                }
+                text.push_str(&delta);
+            }
+            StreamItem::Reasoning(delta) => {
+                output_units += delta.encode_utf16().count();
+                if output_units > wire::MODEL_INVOKE_MAX_OUTPUT_CHARACTERS {
+                    return Err(error(
+                        ErrorCode::ResultTooLarge,
+                        "model output exceeds the text limit",
+                    ));
+                }
+                for piece in split_delta(&delta) {
+                    let event = InvokeEvent::ReasoningDelta {
+                        text: piece.to_owned(),
+                    };
+                    emit(&mut sink, Invoke::NAME, to_value(&event)?).await?;
+                }
+                reasoning.push_str(&delta);
+            }
+            StreamItem::Usage(u) => {
+                let wire_usage = InvokeUsage {
+                    prompt_tokens: u.input_tokens,
+                    completion_tokens: u.output_tokens,
+                    total_tokens: u.input_tokens.saturating_add(u.output_tokens),
+                };
+                usage = Some(wire_usage);
+                emit(
+                    &mut sink,
+                    Invoke::NAME,
+                    to_value(&InvokeEvent::Usage { usage: wire_usage })?,
+                )
+                .await?;
+            }
+            StreamItem::Finish(reason) => {
+                let reason = match reason.0.as_str() {
+                    "length" => FinishReason::MaxTokens,
+                    "tool_calls" | "function_call" => FinishReason::ToolUse,
+                    "content_filter" => FinishReason::Error,
+                    _ => FinishReason::Complete,
+                };
+                if finish.is_none() {
+                    finish = Some(reason);
+                    emit(
+                        &mut sink,
+                        Invoke::NAME,
+                        to_value(&InvokeEvent::Stop { reason })?,
+                    )
+                    .await?;
+                }
+            }
+            StreamItem::ToolCall(_) => {
+                return Err(error(
+                    ErrorCode::Conflict,
+                    "raw model invocation returned an unsupported event",
+                ));
+            }
+        }
+    }
+    let finish_reason = finish.unwrap_or(FinishReason::Complete);
+    match finish_reason {
+        FinishReason::ToolUse => {
+            return Err(error(
+                ErrorCode::Conflict,
+                "raw model invocation returned an unsupported event",
+            ));
+        }
+        FinishReason::Error => {
+            return Err(provider_failure(
+                &ProviderError::BadResponse,
+                "model invocation",
+            ));
+        }
+        _ => {}
+    }
+    result::<Invoke>(&InvokeResult {
+        provider_id: target.provider_id,
+        model_id: target.model_id,
+        text,
+        reasoning: (!reasoning.is_empty()).then_some(reasoning),
+        usage,
+        finish_reason,
+        latency: InvokeLatency {
+            queue_ms,
+            first_event_ms,
+            first_text_ms,
+            total_ms: millis(started),
+        },
+    })
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ErrorBody> {
+    serde_json::to_value(value).map_err(|e| {
+        error(
+            ErrorCode::InternalError,
+            format!("event not serializable: {e}"),
+        )
+    })
+}
+
+fn extension(mime: &str) -> &'static str {
+    match mime {
+        "image/png" => ".png",
+        "image/jpeg" => ".jpg",
+        "image/webp" => ".webp",
+        "image/gif" => ".gif",
+        "audio/wav" => ".wav",
+        "audio/mpeg" => ".mp3",
+        "audio/ogg" => ".opus",
+        "audio/aac" => ".aac",
+        "audio/flac" => ".flac",
+        "video/mp4" => ".mp4",
+        "video/x-msvideo" => ".avi",
+        "video/webm" => ".webm",
+        _ => ".bin",
+    }
+}
+
+/// One output to store.
+struct Output {
+    bytes: Vec<u8>,
+    mime: String,
+}
+
+#[allow(clippy::too_many_arguments)]
+/// Writes `outputs` to the spool as the caller's artifacts and emits one `artifact` record each; on any failure
+/// the ones already stored are discarded.
+async fn persist(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    caller: &Caller,
+    request_id: &str,
+    method: &'static str,
+    kind: &str,
+    outputs: Vec<Output>,
+    sink: &mut StreamSink,
+) -> Result<Vec<ArtifactMetadata>, ErrorBody> {
+    let mut stored = Vec::new();
+    let outcome: Result<(), ErrorBody> = async {
+        for (index, output) in outputs.into_iter().enumerate() {
+            let scope = SpoolScope::new(
+                spool_owner(caller),
+                ctx.connection_id.to_string(),
+                request_id,
+            );
+            let filename = format!("generated-{kind}-{}{}", index + 1, extension(&output.mime));
+            let mut writer = plane
+                .inner
+                .spool
+                .create(ArtifactSpec::new(scope, output.mime, filename))
+                .await
+                .map_err(|e| spool_error(&e))?;
+            writer
+                .write(&output.bytes)
+                .await
+                .map_err(|e| spool_error(&e))?;
+            let meta = writer.publish().await.map_err(|e| spool_error(&e))?;
+            stored.push(wire_artifact(meta));
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = outcome {
+        discard(plane, &stored).await;
+        return Err(e);
+    }
+    for (index, artifact) in stored.iter().enumerate() {
+        let event = MediaEvent::Artifact {
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            artifact: artifact.clone(),
+        };
+        if let Err(e) = emit(sink, method, to_value(&event)?).await {
+            discard(plane, &stored).await;
+            return Err(e);
+        }
+    }
+    Ok(stored)
+}
+
+async fn discard(plane: &ControlPlane, stored: &[ArtifactMetadata]) {
+    for artifact in stored {
+        if let Ok(id) = agentwire_spool::ArtifactId::parse(&artifact.id)
+            && let Err(e) = plane.inner.spool.discard(id).await
+        {
+            tracing::warn!(code = e.code(), "a generated artifact was not discarded");
+        }
+    }
+}
+
+fn parse_seconds(seconds: Option<&str>) -> Result<Option<u32>, ErrorBody> {
+    seconds
+        .map(|s| {
+            s.trim().parse::<u32>().map_err(|_| {
+                error(
+                    ErrorCode::InvalidRequest,
+                    "options.seconds is not a whole number",
+                )
+            })
+        })
+        .transpose()
+}
+
+async fn generate(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    grant: &Grant,
+    request: &RequestEnvelope,
+    mut sink: StreamSink,
+) -> Result<Value, ErrorBody> {
+    let started = Instant::now();
+    let method = grant.method;
+    let (provider_id, model_id, kind) = match method {
+        ImagesGenerate::NAME => {
+            let p = params::<ImagesGenerate>(request.params.clone())?;
+            (p.provider_id, p.model_id, ModelKind::ImageGeneration)
+        }
+        SpeechGenerate::NAME => {
+            let p = params::<SpeechGenerate>(request.params.clone())?;
+            (p.provider_id, p.model_id, ModelKind::Speech)
+        }
+        _ => {
+            let p = params::<VideosGenerate>(request.params.clone())?;
+            (p.provider_id, p.model_id, ModelKind::VideoGeneration)
+        }
+    };
+    let target = resolve(plane, &provider_id, &model_id, kind)?;
+    let started_event = MediaEvent::Started {
+        provider_id: target.provider_id.clone(),
+        model_id: target.model_id.clone(),
+    };
+    emit(&mut sink, method, to_value(&started_event)?).await?;
+    let model = Some(target.model_id.clone());
+    let what = match kind {
+        ModelKind::ImageGeneration => "image generation",
+        ModelKind::Speech => "speech generation",
+        _ => "video generation",
+    };
+    let fail = |e: ProviderError| provider_failure(&e, what);
+    let (outputs, label): (Vec<Output>, &str) = match method {
+        ImagesGenerate::NAME => {
+            let p = params::<ImagesGenerate>(request.params.clone())?;
+            let image_request = ImageRequest {
+                model,
+                prompt: p.prompt,
+                size: p.options.and_then(|o| o.size),
+                n: 1,
+            };
+            let images = tokio::select! {
+                images = target.provider.generate_images(&image_request) => images.map_err(fail)?,
+                () = ctx.cancel.cancelled() => return Err(cancelled()),
+            };
+            if images.len() > 8 {
+                return Err(error(
+                    ErrorCode::ResultTooLarge,
+                    "provider returned too many images",
+                ));
+            }
+            (
+                images
+                    .into_iter()
+                    .map(|i| Output {
+                        bytes: i.bytes,
+                        mime: i.mime,
+                    })
+                    .collect(),
+                "image",
+            )
+        }
+        SpeechGenerate::NAME => {
+            let p = params::<SpeechGenerate>(request.params.clone())?;
+            let options = p.options.unwrap_or_default();
+            let speech_request = SpeechRequest {
+                model,
+                input: p.text,
+                voice: options.voice,
+                format: options.response_format,
+            };
+            let audio = tokio::select! {
+                audio = target.provider.generate_speech(&speech_request) => audio.map_err(fail)?,
+                () = ctx.cancel.cancelled() => return Err(cancelled()),
+            };
+            (
+                vec![Output {
+                    bytes: audio.bytes,
+                    mime: audio.mime,
+                }],
+                "audio",
+            )
+        }
+        _ => {
+            let p = params::<VideosGenerate>(request.params.clone())?;
+            let options = p.options.unwrap_or_default();
+            let video_request = VideoRequest {
+                model,
+                prompt: p.prompt,
+                seconds: parse_seconds(options.seconds.as_deref())?,
+                size: options.size,
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut on_progress = move |job: &agentwire_provider::VideoJob| {
+                let _ = tx.send((job.status.as_str(), job.progress));
+            };
+            let video = {
+                let generating = target
+                    .provider
+                    .generate_video(&video_request, &mut on_progress);
+                tokio::pin!(generating);
+                loop {
+                    tokio::select! {
+                        Some((status, progress)) = rx.recv() => {
+                            let event = MediaEvent::Progress { status: status.to_owned(), progress };
+                            emit(&mut sink, method, to_value(&event)?).await?;
+                        }
+                        video = &mut generating => break video.map_err(fail)?,
+                        () = ctx.cancel.cancelled() => return Err(cancelled()),
+                    }
+                }
+            };
+            while let Ok((status, progress)) = rx.try_recv() {
+                let event = MediaEvent::Progress {
+                    status: status.to_owned(),
+                    progress,
+                };
+                emit(&mut sink, method, to_value(&event)?).await?;
+            }
+            (
+                vec![Output {
+                    bytes: video.bytes,
+                    mime: video.mime,
+                }],
+                "video",
+            )
+        }
+    };
+    if outputs.is_empty() {
+        return Err(error(
+            ErrorCode::Unavailable,
+            format!("provider returned no {label} output"),
+        )
+        .retriable(true));
+    }
+    let artifacts = persist(
+        plane,
+        ctx,
+        &grant.caller,
+        &request.id,
+        method,
+        label,
+        outputs,
+        &mut sink,
+    )
+    .await?;
+    let duration_ms = millis(started);
+    match method {
+        ImagesGenerate::NAME => {
+            let p = params::<ImagesGenerate>(request.params.clone())?;
+            result::<ImagesGenerate>(&GenerateResult {
+                provider_id: target.provider_id,
+                model_id: target.model_id,
+                artifacts,
+                requested_options: p.options,
+                duration_ms,
+            })
+        }
+        SpeechGenerate::NAME => {
+            let p = params::<SpeechGenerate>(request.params.clone())?;
+            result::<SpeechGenerate>(&GenerateResult {
+                provider_id: target.provider_id,
+                model_id: target.model_id,
+                artifacts,
+                requested_options: p.options,
+                duration_ms,
+            })
+        }
+        _ => {
+            let p = params::<VideosGenerate>(request.params.clone())?;
+            result::<VideosGenerate>(&GenerateResult {
+                provider_id: target.provider_id,
+                model_id: target.model_id,
+                artifacts,
+                requested_options: p.options,
+                duration_ms,
+            })
+        }
+    }
+}
+
+/// Cuts `text` to the transcription limit; returns whether it was cut.
+fn bound_transcript(mut text: String) -> (String, bool) {
+    let mut units = 0;
+    for (index, c) in text.char_indices() {
+        units += c.len_utf16();
+        if units > wire_media::AUDIO_TRANSCRIPTION_MAX_TEXT_CHARACTERS {
+            text.truncate(index);
+            return (text, true);
+        }
+    }
+    (text, false)
+}
+
+async fn transcribe(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    provider_id: &str,
+    model_id: &str,
+    audio: Vec<u8>,
+    mime: String,
+    file_name: String,
+) -> Result<Value, ErrorBody> {
+    let started = Instant::now();
+    let target = resolve(plane, provider_id, model_id, ModelKind::Transcription)?;
+    let input_bytes = audio.len() as u64;
+    let request = TranscriptionRequest {
+        model: Some(target.model_id.clone()),
+        audio,
+        file_name,
+        mime: mime.clone(),
+        language: None,
+    };
+    let transcription = tokio::select! {
+        t = target.provider.transcribe(&request) => t.map_err(|e| provider_failure(&e, "transcription"))?,
+        () = ctx.cancel.cancelled() => return Err(cancelled()),
+    };
+    let (text, truncated) = bound_transcript(transcription.text);
+    result::<TranscribeArtifact>(&TranscriptionResult {
+        provider_id: target.provider_id,
+        model_id: target.model_id,
+        text,
+        truncated,
+        input_bytes,
+        mime_type: mime,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
+}
+
+async fn transcribe_artifact(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    caller: &Caller,
+    p: wire_media::TranscribeArtifactParams,
+) -> Result<Value, ErrorBody> {
+    let owner = spool_owner(caller);
+    let (meta, mut reader) = plane
+        .inner
+        .spool
+        .read(&owner, &p.artifact_id)
+        .await
+        .map_err(|e| spool_error(&e))?;
+    if meta.size > wire_media::AUDIO_TRANSCRIPTION_MAX_INPUT_BYTES {
+        return Err(error(
+            ErrorCode::BodyTooLarge,
+            "artifact is over the transcription input limit",
+        ));
+    }
+    let mime = meta.mime_type.to_ascii_lowercase();
+    if !wire_media::is_audio_mime(&mime) {
+        return Err(error(ErrorCode::InvalidRequest, "artifact is not audio"));
+    }
+    let mut audio = Vec::with_capacity(usize::try_from(meta.size).unwrap_or(0));
+    reader.read_to_end(&mut audio).await.map_err(|e| {
+        error(
+            ErrorCode::Unavailable,
+            format!("artifact not readable: {e}"),
+        )
+        .retriable(true)
+    })?;
+    transcribe(
+        plane,
+        ctx,
+        &p.provider_id,
+        &p.model_id,
+        audio,
+        mime,
+        meta.filename,
+    )
+    .await
+}
+
+/// `/v1/upload` methods of this module (`audio.transcribeUpload`).
+pub(super) async fn upload(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    _grant: &Grant,
+    request: UploadRequestEnvelope,
+    file: UploadedFile,
+) -> Result<Value, ErrorBody> {
+    let p = params::<TranscribeUpload>(request.request().params.clone())?;
+    if file.size == 0 {
+        return Err(error(ErrorCode::InvalidRequest, "the upload is empty"));
+    }
+    if file.size > wire_media::AUDIO_TRANSCRIPTION_MAX_INPUT_BYTES {
+        return Err(error(
+            ErrorCode::BodyTooLarge,
+            "the upload is over the transcription input limit",
+        ));
+    }
+    let audio = tokio::fs::read(&file.path).await.map_err(|e| {
+        error(ErrorCode::Unavailable, format!("upload not readable: {e}")).retriable(true)
+    })?;
+    let name = p.filename.clone().unwrap_or_else(|| "audio".to_owned());
+    transcribe(
+        plane,
+        ctx,
+        &p.provider_id,
+        &p.model_id,
+        audio,
+        p.mime_type,
+        name,
+    )
+    .await
+}

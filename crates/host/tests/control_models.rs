@@ -1,0 +1,552 @@
+//! Model and media compute through the real socket: `models.*`, `images/speech/videos.generate`,
+//! `audio.transcribe*` against the built-in provider and the loopback OpenAI-compatible test server
+//! (`agentwire_testkit::openai_server`): streaming order, cancellation that aborts the upstream request, a stalled
+//! provider, a 500 whose planted secret never shows, oversized responses, uploads over the limit, and agent tokens
+//! that get artifact ids and metadata only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentwire_host::agents::AgentRegistry;
+use agentwire_host::control::{ControlConfig, ControlPlane};
+use agentwire_host::providers::{NewProvider, ProviderRegistry};
+use agentwire_local_control::client::{Client, ClientError};
+use agentwire_local_control::contract::providers::ApiType;
+use agentwire_local_control::descriptor::{Token, discover};
+use agentwire_local_control::envelope::{ErrorBody, ErrorCode, RequestEnvelope, StreamRecord};
+use agentwire_local_control::server::{Server, ServerConfig};
+use agentwire_testkit::openai_server::{
+    CHAT_DELTAS, CHAT_REASONING, CHAT_USAGE, Failure, OpenAiTestServer,
+};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const SECRET: &str = "UPSTREAM-PLANTED-SECRET-77";
+const KEY: &str = "sk-planted-provider-key-0123456789";
+
+struct Host {
+    tmp: tempfile::TempDir,
+    plane: ControlPlane,
+    _server: Server,
+    human: Client,
+    data: std::path::PathBuf,
+}
+
+async fn host(limits: agentwire_provider::Limits) -> Host {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let data = tmp.path().join("data");
+    let registry = Arc::new(AgentRegistry::load(tmp.path(), &|_| None, None).expect("agents"));
+    let mut config = ControlConfig::new(&data, "9.9.9");
+    config.provider_limits = limits;
+    let plane = ControlPlane::open(config, registry).await.expect("plane");
+    let server = Server::start(ServerConfig::new(&data, "9.9.9"), plane.clone())
+        .await
+        .expect("server");
+    let descriptor = discover(&data).expect("descriptor");
+    let token = descriptor.token.clone();
+    let human = Client::from_descriptor(&descriptor, token).expect("client");
+    Host {
+        tmp,
+        plane,
+        _server: server,
+        human,
+        data,
+    }
+}
+
+impl Host {
+    /// Registers the test server as provider `local-llm` with the planted key and model `test-chat`; returns its id.
+    fn add_test_provider(&self, server: &OpenAiTestServer) -> String {
+        let mut registry = ProviderRegistry::open(&self.data).expect("registry");
+        let provider = registry
+            .add(NewProvider {
+                name: "local-llm".into(),
+                api_type: ApiType::Openai,
+                base_url: server.base_url(),
+                enabled: true,
+            })
+            .expect("add provider");
+        registry
+            .set_api_key(&provider.id, &agentwire_host::ApiKey::new(KEY))
+            .expect("key");
+        for model in ["test-chat", "test-speech", "test-video"] {
+            registry
+                .set_model_status(&provider.id, model, true)
+                .expect("model");
+        }
+        provider.id
+    }
+
+    fn agent(&self) -> Client {
+        let token = self
+            .plane
+            .issue_agent_token("thread-1")
+            .expect("agent token");
+        let descriptor = discover(&self.data).expect("descriptor");
+        Client::from_descriptor(&descriptor, Token::parse(&token).expect("token shape"))
+            .expect("agent client")
+    }
+
+    /// Everything the host wrote under its data dir (audit log, store, spool), as lossy text.
+    fn all_files_text(&self) -> String {
+        let mut text = String::new();
+        let mut stack = vec![self.tmp.path().to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if let Ok(bytes) = std::fs::read(&path) {
+                    text.push_str(&String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+        text
+    }
+}
+
+async fn stream(
+    client: &Client,
+    method: &str,
+    params: Value,
+) -> (Vec<StreamRecord>, Result<Value, ClientError>) {
+    let mut records = Vec::new();
+    let outcome = client
+        .stream(&RequestEnvelope::new("req-1", method, params), WAIT, |r| {
+            records.push(r)
+        })
+        .await;
+    (records, outcome)
+}
+
+fn remote(error: ClientError) -> ErrorBody {
+    match error {
+        ClientError::Remote { error, .. } => error,
+        other => panic!("not an error envelope: {other}"),
+    }
+}
+
+fn hello(provider: &str, model: &str) -> Value {
+    json!({"providerId": provider, "modelId": model,
+           "messages": [{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}],
+           "temperature": 0.3, "maxTokens": 64})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_provider_needs_no_configuration() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let listed = host
+        .human
+        .rpc(
+            &RequestEnvelope::new("l", "models.listPublic", json!({"providerId":"builtin"})),
+            WAIT,
+        )
+        .await
+        .expect("list");
+    let ids: Vec<&str> = listed["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    for id in [
+        "builtin-demo",
+        "builtin-image",
+        "builtin-speech",
+        "builtin-transcribe",
+        "builtin-video",
+    ] {
+        assert!(ids.contains(&id), "{id} in {ids:?}");
+    }
+    let caps = host
+        .human
+        .rpc(
+            &RequestEnvelope::new(
+                "c",
+                "models.getCapabilities",
+                json!({"providerId":"builtin","modelId":"builtin-demo"}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect("capabilities");
+    assert_eq!(caps["capabilities"]["methods"], json!(["models.invoke"]));
+
+    let (records, outcome) = stream(
+        &host.human,
+        "models.invoke",
+        hello("builtin", "builtin-demo"),
+    )
+    .await;
+    let result = outcome.expect("invoke");
+    let types: Vec<&str> = records
+        .iter()
+        .map(|r| {
+            assert_eq!(r.event, "models.invoke");
+            r.data["type"].as_str().unwrap_or_default()
+        })
+        .collect();
+    let texts = types.iter().filter(|t| **t == "text_delta").count();
+    assert!(texts >= 3, "{types:?}");
+    assert_eq!(&types[types.len() - 2..], ["stop", "usage"]);
+    assert!(types[..texts].iter().all(|t| *t == "text_delta"));
+    let streamed: String = records
+        .iter()
+        .filter_map(|r| r.data["text"].as_str())
+        .collect();
+    assert_eq!(result["text"], streamed.as_str());
+    assert_eq!(streamed, "You said: hello there (turn 1 of this session)");
+    assert_eq!(result["finishReason"], "complete");
+    assert_eq!(result["providerId"], "builtin");
+    assert_eq!(result["modelId"], "builtin-demo");
+    let latency = &result["latency"];
+    for field in ["queueMs", "firstEventMs", "firstTextMs", "totalMs"] {
+        assert!(latency[field].is_u64(), "{field}: {latency}");
+    }
+    assert!(latency["firstTextMs"].as_u64() <= latency["totalMs"].as_u64());
+    // A model of another kind is refused before any provider call.
+    let (_, refused) = stream(
+        &host.human,
+        "models.invoke",
+        hello("builtin", "builtin-image"),
+    )
+    .await;
+    assert_eq!(
+        remote(refused.expect_err("not chat")).code,
+        ErrorCode::Conflict
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_provider_streams_reasoning_text_usage_and_stop_in_order() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    let result = outcome.expect("invoke");
+    let mut want = vec![json!({"type":"reasoning_delta","text":CHAT_REASONING})];
+    want.extend(
+        CHAT_DELTAS
+            .iter()
+            .map(|t| json!({"type":"text_delta","text":t})),
+    );
+    want.push(json!({"type":"stop","reason":"complete"}));
+    want.push(json!({"type":"usage","usage":{"promptTokens":CHAT_USAGE.0,
+        "completionTokens":CHAT_USAGE.1,"totalTokens":CHAT_USAGE.0 + CHAT_USAGE.1}}));
+    let got: Vec<Value> = records.into_iter().map(|r| r.data).collect();
+    assert_eq!(got, want);
+    assert_eq!(result["text"], CHAT_DELTAS.concat());
+    assert_eq!(result["reasoning"], CHAT_REASONING);
+    let sent = &server.requests()[0];
+    assert_eq!(
+        sent.authorization.as_deref(),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let body: Value = serde_json::from_slice(&sent.body).expect("json");
+    assert_eq!(body["model"], "test-chat");
+    assert_eq!(body["temperature"], 0.3);
+    assert_eq!(body["max_tokens"], 64);
+    assert_eq!(
+        body["messages"][0],
+        json!({"role":"system","content":"be brief"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_never_show_the_planted_secret() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    server.set_failure(Some(Failure::Status {
+        status: 500,
+        secret: SECRET.into(),
+    }));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    assert!(records.is_empty());
+    let error = remote(outcome.expect_err("500"));
+    assert_eq!(error.code, ErrorCode::Unavailable);
+    assert!(error.retriable);
+    assert_eq!(
+        error
+            .details
+            .as_ref()
+            .and_then(|d| d.get("providerFailure")),
+        Some(&json!({"statusCode":500,"retryable":true}))
+    );
+    let shown = serde_json::to_string(&error).expect("json");
+    assert!(!shown.contains(SECRET) && !shown.contains(KEY), "{shown}");
+    let (_, speech) = stream(
+        &host.human,
+        "speech.generate",
+        json!({"providerId":provider,"modelId":"test-speech","text":"hi"}),
+    )
+    .await;
+    let shown = serde_json::to_string(&remote(speech.expect_err("500"))).expect("json");
+    assert!(!shown.contains(SECRET), "{shown}");
+    let files = host.all_files_text();
+    assert!(!files.contains(SECRET), "the secret reached a file");
+    assert!(
+        files.contains("models.invoke"),
+        "the audit log recorded the call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_provider_times_out_and_its_request_is_aborted() {
+    let limits = agentwire_provider::Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..agentwire_provider::Limits::default()
+    };
+    let host = host(limits).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    server.set_failure(Some(Failure::StallMidStream));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    assert_eq!(records.len(), 3, "what came before the stall was streamed");
+    let error = remote(outcome.expect_err("stalled"));
+    assert_eq!(error.code, ErrorCode::Unavailable);
+    assert_eq!(
+        error
+            .details
+            .as_ref()
+            .and_then(|d| d.get("providerFailure")),
+        Some(&json!({"retryable":true}))
+    );
+    tokio::time::timeout(WAIT, server.wait_aborted(1))
+        .await
+        .expect("the upstream request was closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_mid_stream_aborts_the_upstream_request() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    server.set_failure(Some(Failure::StallMidStream));
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let client = host.human.clone();
+    let call = tokio::spawn(async move {
+        let mut first = Some(first_tx);
+        let envelope =
+            RequestEnvelope::new("req-1", "models.invoke", hello(&provider, "test-chat"));
+        client
+            .stream(&envelope, WAIT, |_| {
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(());
+                }
+            })
+            .await
+    });
+    tokio::time::timeout(WAIT, first_rx)
+        .await
+        .expect("a record arrived")
+        .expect("sender kept");
+    assert_eq!(server.aborted(), 0);
+    call.abort();
+    tokio::time::timeout(WAIT, server.wait_aborted(1))
+        .await
+        .expect("cancelling the caller closed the upstream request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_provider_output_is_result_too_large() {
+    let limits = agentwire_provider::Limits {
+        max_event_bytes: 4096,
+        max_audio_bytes: 10_000,
+        ..agentwire_provider::Limits::default()
+    };
+    let host = host(limits).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    server.set_failure(Some(Failure::Oversized { bytes: 64 * 1024 }));
+    let (_, outcome) = stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    assert_eq!(
+        remote(outcome.expect_err("big")).code,
+        ErrorCode::ResultTooLarge
+    );
+    server.set_failure(Some(Failure::Oversized { bytes: 10_001 }));
+    let (_, outcome) = stream(
+        &host.human,
+        "speech.generate",
+        json!({"providerId":provider,"modelId":"test-speech","text":"hi"}),
+    )
+    .await;
+    assert_eq!(
+        remote(outcome.expect_err("big")).code,
+        ErrorCode::ResultTooLarge
+    );
+}
+
+async fn download(client: &Client, id: &str) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    client
+        .download(id, &mut bytes, WAIT)
+        .await
+        .expect("download");
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_results_are_owned_artifacts_and_agents_get_ids_only() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let (records, image) = stream(
+        &host.human,
+        "images.generate",
+        json!({"providerId":"builtin","modelId":"builtin-image","prompt":"a lighthouse","options":{"size":"32x16"}}),
+    )
+    .await;
+    let image = image.expect("image");
+    assert_eq!(records[0].data["type"], "started");
+    assert_eq!(records[1].data["type"], "artifact");
+    let artifact = &image["artifacts"][0];
+    assert_eq!(artifact["mimeType"], "image/png");
+    assert_eq!(artifact["owner"], "human");
+    let png = download(&host.human, artifact["id"].as_str().expect("id")).await;
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+    assert_eq!(png.len() as u64, artifact["size"].as_u64().expect("size"));
+
+    let (records, video) = stream(
+        &host.human,
+        "videos.generate",
+        json!({"providerId":"builtin","modelId":"builtin-video","prompt":"waves","options":{"seconds":"1","size":"16x16"}}),
+    )
+    .await;
+    let video = video.expect("video");
+    let kinds: Vec<String> = records
+        .iter()
+        .map(|r| {
+            format!(
+                "{}{}",
+                r.data["type"].as_str().unwrap_or_default(),
+                r.data["progress"]
+                    .as_u64()
+                    .map(|p| format!(":{p}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "started",
+            "progress:0",
+            "progress:50",
+            "progress:100",
+            "artifact"
+        ]
+    );
+    assert_eq!(video["artifacts"][0]["mimeType"], "video/x-msvideo");
+
+    // An agent generates speech, gets an id and metadata, cannot download the bytes, but can transcribe its own
+    // artifact (the agent path) and gets back the spoken text.
+    let agent = host.agent();
+    let (_, speech) = stream(
+        &agent,
+        "speech.generate",
+        json!({"providerId":"builtin","modelId":"builtin-speech","text":"open the pod bay doors"}),
+    )
+    .await;
+    let speech = speech.expect("speech");
+    let id = speech["artifacts"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(speech["artifacts"][0]["owner"], "agent");
+    let mut sink = Vec::new();
+    let refused = agent
+        .download(&id, &mut sink, WAIT)
+        .await
+        .expect_err("agents get no bytes");
+    assert_eq!(refused.code(), ErrorCode::PermissionDenied);
+    let text = agent
+        .rpc(
+            &RequestEnvelope::new(
+                "t",
+                "audio.transcribeArtifact",
+                json!({"providerId":"builtin","modelId":"builtin-transcribe","artifactId":id}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect("transcribe own artifact");
+    assert_eq!(text["text"], "open the pod bay doors");
+    assert_eq!(text["mimeType"], "audio/wav");
+    assert_eq!(text["truncated"], false);
+    // The human's image is not the agent's: not found, exactly like a missing id.
+    let foreign = agent
+        .rpc(
+            &RequestEnvelope::new(
+                "t",
+                "audio.transcribeArtifact",
+                json!({"providerId":"builtin","modelId":"builtin-transcribe",
+                       "artifactId": artifact["id"]}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect_err("another owner's artifact");
+    assert_eq!(remote(foreign).code, ErrorCode::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_are_transcribed_and_bounded() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let (_, speech) = stream(
+        &host.human,
+        "speech.generate",
+        json!({"providerId":"builtin","modelId":"builtin-speech","text":"hello upload"}),
+    )
+    .await;
+    let id = speech.expect("speech")["artifacts"][0]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let path = host.tmp.path().join("speech.wav");
+    std::fs::write(&path, download(&host.human, &id).await).expect("write wav");
+    let params = json!({"providerId":"builtin","modelId":"builtin-transcribe","mimeType":"audio/wav","filename":"speech.wav"});
+    let text = host
+        .human
+        .upload(
+            &RequestEnvelope::new("u", "audio.transcribeUpload", params.clone()),
+            &path,
+            64 * 1024 * 1024,
+            WAIT,
+        )
+        .await
+        .expect("upload");
+    assert_eq!(text["text"], "hello upload");
+    assert_eq!(
+        text["inputBytes"].as_u64(),
+        Some(std::fs::metadata(&path).expect("meta").len())
+    );
+    // One byte over 25 MiB is refused by the server before the provider sees it.
+    let big = host.tmp.path().join("big.wav");
+    let file = std::fs::File::create(&big).expect("create");
+    file.set_len(25 * 1024 * 1024 + 1).expect("size");
+    let refused = host
+        .human
+        .upload(
+            &RequestEnvelope::new("u", "audio.transcribeUpload", params.clone()),
+            &big,
+            64 * 1024 * 1024,
+            WAIT,
+        )
+        .await
+        .expect_err("over the limit");
+    assert_eq!(refused.code(), ErrorCode::BodyTooLarge);
+    // Agents cannot upload.
+    let agent = host.agent();
+    let refused = agent
+        .upload(
+            &RequestEnvelope::new("u", "audio.transcribeUpload", params),
+            &path,
+            64 * 1024 * 1024,
+            WAIT,
+        )
+        .await
+        .expect_err("agent upload");
+    assert_eq!(refused.code(), ErrorCode::PermissionDenied);
+}
