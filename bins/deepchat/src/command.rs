@@ -71,6 +71,13 @@ pub enum Operation {
     Rpc,
     /// `POST /v1/stream` (`run watch`).
     Stream,
+    /// `POST /v1/stream` of a compute method (`model invoke`, `image|video generate`, `audio speak`).
+    ComputeStream,
+    /// `POST /v1/upload` of this file (`audio transcribe --file`).
+    Upload {
+        /// The local file.
+        path: PathBuf,
+    },
     /// `artifacts.describe`, then `GET /v1/artifacts/:id` published to `out`.
     Download {
         /// `--out`.
@@ -150,11 +157,23 @@ enum Domain {
     /// Pending approvals (agentwire; read-only).
     #[command(subcommand, disable_help_subcommand = true)]
     Approval(ApprovalVerb),
+    /// Models: list and invoke.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Model(crate::compute::ModelVerb),
+    /// Image generation.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Image(crate::compute::ImageVerb),
+    /// Video generation.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Video(crate::compute::VideoVerb),
+    /// Speech and transcription.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Audio(crate::compute::AudioVerb),
 }
 
 /// Flags valid after every verb.
 #[derive(Debug, Args)]
-struct Globals {
+pub(crate) struct Globals {
     /// Print exactly one JSON response envelope.
     #[arg(long, conflicts_with = "jsonl")]
     json: bool,
@@ -398,6 +417,12 @@ pub fn top_help() -> String {
         "  thread list          List threads",
         "  thread show          Show a thread and its messages",
         "  approval list        List pending approvals",
+        "  model list           List models (all providers, or --provider)",
+        "  model invoke         Invoke a model once, streaming its answer",
+        "  image generate       Generate images into owned artifacts",
+        "  video generate       Generate a video into an owned artifact",
+        "  audio speak          Speak text into an owned audio artifact",
+        "  audio transcribe     Transcribe a local file (--file) or an owned artifact (--artifact)",
         "",
         "Global flags (after the verb): --json | --jsonl, --timeout <ms>, --help",
         "Environment: DEEPCHAT_CLI_OUTPUT=text|json|jsonl, DEEPCHAT_CLI_TIMEOUT_MS=<ms>",
@@ -730,6 +755,10 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
             rpc("approval list", "approvals.listPending", json!({})),
             Standard,
         ),
+        Domain::Model(verb) => crate::compute::build_model(verb)?,
+        Domain::Image(verb) => crate::compute::build_image(verb)?,
+        Domain::Video(verb) => crate::compute::build_video(verb)?,
+        Domain::Audio(verb) => crate::compute::build_audio(verb)?,
     };
     let mode = if globals.json {
         OutputMode::Json

@@ -11,6 +11,7 @@
 //! resolves no approval, and never writes a path the server names (only `--out`, published without overwrite).
 
 pub mod command;
+mod compute;
 pub mod io;
 pub mod render;
 
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use agentwire_local_control::client::{Client, ClientError};
 use agentwire_local_control::contract::{
-    self, ContractError, Method, artifacts, cli, ours, runs, settings,
+    self, ContractError, Method, artifacts, cli, media, models, ours, runs, settings,
 };
 use agentwire_local_control::descriptor;
 use agentwire_local_control::envelope::{
@@ -256,6 +257,14 @@ macro_rules! by_method {
             "threads.list" => $f::<ours::ThreadsList>($value),
             "threads.get" => $f::<ours::ThreadsGet>($value),
             "approvals.listPending" => $f::<ours::ApprovalsListPending>($value),
+            "models.listPublic" => $f::<models::ListPublic>($value),
+            "models.getCapabilities" => $f::<models::GetCapabilities>($value),
+            "models.invoke" => $f::<models::Invoke>($value),
+            "images.generate" => $f::<media::ImagesGenerate>($value),
+            "videos.generate" => $f::<media::VideosGenerate>($value),
+            "speech.generate" => $f::<media::SpeechGenerate>($value),
+            "audio.transcribeUpload" => $f::<media::TranscribeUpload>($value),
+            "audio.transcribeArtifact" => $f::<media::TranscribeArtifact>($value),
             _ => Err(ContractError::Shape {
                 detail: "no contract for this method".to_owned(),
             }),
@@ -297,6 +306,7 @@ async fn execute(
             map.insert(field.to_owned(), Value::String(text));
         }
     }
+    let params = compute::finish_params(invocation.method, params);
     let params = canonical_params(invocation.method, params).map_err(|e| {
         Failure::new(
             ErrorCode::InvalidRequest,
@@ -338,6 +348,14 @@ async fn execute(
                 None,
             )
         }
+        (Operation::ComputeStream, _) => (
+            compute::stream(&client, &envelope, timeout, mode, stdout).await?,
+            None,
+        ),
+        (Operation::Upload { path }, _) => (
+            compute::upload(&client, &envelope, path, timeout).await?,
+            None,
+        ),
         (_, Some((out, overwrite))) => {
             let (temp, file) = io::TempOutput::beside(&out, overwrite)?;
             let described = client.rpc(&envelope, timeout).await?;

@@ -235,6 +235,7 @@ pub fn result(method: &str, result: &Value) -> String {
                 out.push_str("No approvals console is attached: sensitive changes fail at once\n");
             }
         }
+        m if crate::compute::renders(m) => out.push_str(&crate::compute::render_result(m, result)),
         _ => {
             let _ = writeln!(out, "{result}");
         }
