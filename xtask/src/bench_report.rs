@@ -221,6 +221,43 @@ const RATIO_GOALS: &[RatioGoal] = &[
     },
 ];
 
+/// Goals the custom benches check themselves: each writes `… goal … — met.` / `— missed by N×.` lines into its
+/// fragment; the report lists them together (or says the fragment is missing from this run).
+const CUSTOM_GOALS: &[(&str, &str)] = &[
+    (
+        "host-compute.md",
+        "`models.invoke` through the socket vs the same loopback provider called directly: ≤ 1.2× (first text, total)",
+    ),
+    (
+        "host-compute.md",
+        "media artifact write + read (spool) vs `cp`: ≥ 0.5× its speed",
+    ),
+];
+
+/// The "goal" lines of the custom benches' fragments, for [`CUSTOM_GOALS`].
+fn render_custom_goals(fragments_dir: &Path) -> String {
+    let mut out = String::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (file, what) in CUSTOM_GOALS {
+        out.push_str(&format!("- {what} ({file})\n"));
+        if !seen.insert(*file) {
+            continue;
+        }
+        match std::fs::read_to_string(fragments_dir.join(file)) {
+            Ok(text) => {
+                for line in text
+                    .lines()
+                    .filter(|l| l.starts_with("- ") && l.contains("goal"))
+                {
+                    out.push_str(&format!("  {line}\n"));
+                }
+            }
+            Err(_) => out.push_str("  - not measured in this run\n"),
+        }
+    }
+    out
+}
+
 fn find<'a>(
     measurements: &'a [Measurement],
     group: &str,
@@ -315,6 +352,8 @@ pub fn render(
     };
     fragments.sort();
     if !fragments.is_empty() {
+        out.push_str("\n## Goals of the custom benchmarks\n\n");
+        out.push_str(&render_custom_goals(fragments_dir));
         out.push_str("\n## Custom benchmarks\n");
         for path in fragments {
             let text = std::fs::read_to_string(&path)
@@ -398,6 +437,24 @@ mod tests {
         assert!(report.contains("Produced by `cargo xtask bench` on 2 CPUs."));
         assert!(report.contains("No criterion results were found."));
         assert!(report.contains("### rpc latency"));
+    }
+
+    #[test]
+    fn custom_goals_quote_the_fragments_verdicts() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("host-compute.md"),
+            "## x\n\n- Total: 3.00× the direct call, goal ≤ 1.20× — missed by 2.50×.\n- other line\n",
+        )
+        .unwrap();
+        let text = render_custom_goals(tmp.path());
+        assert!(
+            text.contains("  - Total: 3.00× the direct call, goal ≤ 1.20× — missed by 2.50×."),
+            "{text}"
+        );
+        assert!(!text.contains("other line"));
+        let missing = render_custom_goals(&tmp.path().join("nothing"));
+        assert!(missing.contains("not measured in this run"));
     }
 
     #[test]

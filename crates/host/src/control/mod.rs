@@ -174,6 +174,8 @@ pub(crate) struct Inner {
     pub(crate) admission: admission::ComputeAdmission,
     /// Bounds of the compute methods' provider calls ([`ControlConfig::provider_limits`]).
     pub(crate) provider_limits: agentwire_provider::Limits,
+    /// The compute methods' registry and provider clients ([`models`]).
+    pub(crate) compute: models::ComputeState,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -270,6 +272,7 @@ impl ControlPlane {
             tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
             admission: admission::ComputeAdmission::new(config.admission.clone()),
             provider_limits: config.provider_limits.clone(),
+            compute: models::ComputeState::default(),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {

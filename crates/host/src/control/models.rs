@@ -127,14 +127,99 @@ fn provider_failure(e: &ProviderError, what: &str) -> ErrorBody {
     }
 }
 
-fn registry(plane: &ControlPlane) -> Result<ProviderRegistry, ErrorBody> {
-    ProviderRegistry::open(&plane.inner.data_dir).map_err(|e| {
-        error(
-            ErrorCode::Unavailable,
-            format!("provider registry unavailable ({})", e.code()),
-        )
-        .retriable(true)
+/// Most provider clients kept between calls (an HTTP client holds a connection pool and TLS setup).
+const MAX_CACHED_PROVIDERS: usize = 64;
+
+/// State the compute methods keep between calls: one open provider registry (opening one runs the store's
+/// migrations and seeds the built-in provider in a write transaction) and one client per custom provider,
+/// rebuilt when its base URL or key changes. Keys are re-read from the 0600 credential file on every call.
+#[derive(Default)]
+pub(crate) struct ComputeState {
+    registry: std::sync::Mutex<Option<ProviderRegistry>>,
+    providers: std::sync::Mutex<std::collections::HashMap<String, CachedProvider>>,
+}
+
+struct CachedProvider {
+    base_url: String,
+    api_key: Option<String>,
+    provider: std::sync::Arc<Provider>,
+}
+
+/// Runs `f` on the shared registry, opening it on first use (and again after a failure).
+fn with_registry<T>(
+    plane: &ControlPlane,
+    f: impl FnOnce(&ProviderRegistry) -> Result<T, crate::providers::ProviderError>,
+) -> Result<T, ErrorBody> {
+    let mut slot = super::lock(&plane.inner.compute.registry);
+    if slot.is_none() {
+        let opened = ProviderRegistry::open(&plane.inner.data_dir).map_err(|e| {
+            error(
+                ErrorCode::Unavailable,
+                format!("provider registry unavailable ({})", e.code()),
+            )
+            .retriable(true)
+        })?;
+        *slot = Some(opened);
+    }
+    let Some(registry) = slot.as_ref() else {
+        return Err(error(ErrorCode::Unavailable, "provider registry unavailable").retriable(true));
+    };
+    let outcome = f(registry);
+    if let Err(crate::providers::ProviderError::Store(_)) = &outcome {
+        // A broken connection is reopened by the next call.
+        *slot = None;
+    }
+    outcome.map_err(|e| registry_error(&e))
+}
+
+/// The client of custom provider `id` at `base_url` with `api_key`, reused while both stay the same.
+fn custom_provider(
+    plane: &ControlPlane,
+    id: &str,
+    base_url: &str,
+    api_key: Option<&str>,
+) -> Result<std::sync::Arc<Provider>, ErrorBody> {
+    let mut cache = super::lock(&plane.inner.compute.providers);
+    if let Some(cached) = cache.get(id)
+        && cached.base_url == base_url
+        && cached.api_key.as_deref() == api_key
+    {
+        return Ok(std::sync::Arc::clone(&cached.provider));
+    }
+    let key = api_key
+        .map(agentwire_provider::ApiKey::new)
+        .transpose()
+        .map_err(|_| {
+            error(
+                ErrorCode::Conflict,
+                "the provider's stored key is not usable",
+            )
+        })?;
+    let provider = Provider::openai(OpenAiConfig {
+        base_url: base_url.to_owned(),
+        api_key: key,
+        default_model: None,
+        limits: plane.inner.provider_limits.clone(),
     })
+    .map_err(|e| {
+        error(
+            ErrorCode::Conflict,
+            format!("provider not usable ({})", e.code()),
+        )
+    })?;
+    let provider = std::sync::Arc::new(provider);
+    if cache.len() >= MAX_CACHED_PROVIDERS {
+        cache.clear();
+    }
+    cache.insert(
+        id.to_owned(),
+        CachedProvider {
+            base_url: base_url.to_owned(),
+            api_key: api_key.map(str::to_owned),
+            provider: std::sync::Arc::clone(&provider),
+        },
+    );
+    Ok(provider)
 }
 
 fn registry_error(e: &crate::providers::ProviderError) -> ErrorBody {
@@ -168,7 +253,7 @@ fn kind_of(model_type: agentwire_local_control::contract::model_config::ModelTyp
 struct Target {
     provider_id: String,
     model_id: String,
-    provider: Provider,
+    provider: std::sync::Arc<Provider>,
 }
 
 /// Resolves `provider_id`/`model_id` for a call that needs a model of `kind`.
@@ -191,48 +276,32 @@ fn resolve(
         return Ok(Target {
             provider_id: provider_id.to_owned(),
             model_id: model_id.to_owned(),
-            provider: Provider::builtin(limits),
+            provider: std::sync::Arc::new(Provider::builtin(limits)),
         });
     }
-    let resolved = registry(plane)?
-        .resolve(Some(provider_id), Some(model_id))
-        .and_then(crate::providers::ResolvedModel::require_enabled)
-        .map_err(|e| registry_error(&e))?;
+    let resolved = with_registry(plane, |registry| {
+        registry
+            .resolve(Some(provider_id), Some(model_id))
+            .and_then(crate::providers::ResolvedModel::require_enabled)
+    })?;
     let registered = kind_of(resolved.config.model_type);
     let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
     if (checkable || resolved.builtin) && registered != kind {
         return Err(not_for(kind));
     }
     let provider = if resolved.builtin {
-        Provider::builtin(limits)
+        std::sync::Arc::new(Provider::builtin(limits))
     } else {
-        let api_key = resolved
-            .api_key
-            .as_ref()
-            .map(|key| agentwire_provider::ApiKey::new(key.expose()))
-            .transpose()
-            .map_err(|_| {
-                error(
-                    ErrorCode::Conflict,
-                    "the provider's stored key is not usable",
-                )
-            })?;
         let base_url = resolved
             .base_url
             .clone()
             .ok_or_else(|| error(ErrorCode::Conflict, "the provider has no base url"))?;
-        Provider::openai(OpenAiConfig {
-            base_url,
-            api_key,
-            default_model: Some(resolved.model_id.clone()),
-            limits,
-        })
-        .map_err(|e| {
-            error(
-                ErrorCode::Conflict,
-                format!("provider not usable ({})", e.code()),
-            )
-        })?
+        custom_provider(
+            plane,
+            &resolved.provider_id,
+            &base_url,
+            resolved.api_key.as_ref().map(|k| k.expose()),
+        )?
     };
     Ok(Target {
         provider_id: resolved.provider_id,
@@ -284,18 +353,21 @@ pub(super) async fn dispatch(
 }
 
 fn list_public(plane: &ControlPlane, p: &wire::ListPublicParams) -> Result<Value, ErrorBody> {
-    let registry = registry(plane)?;
     let enabled_only = p.enabled_only.unwrap_or(false);
-    let providers = registry.list(false).map_err(|e| registry_error(&e))?;
-    let mut models = Vec::new();
-    for provider in providers {
-        if p.provider_id.as_deref().is_some_and(|id| id != provider.id) {
-            continue;
+    let listed = with_registry(plane, |registry| {
+        let mut listed = Vec::new();
+        for provider in registry.list(false)? {
+            if p.provider_id.as_deref().is_some_and(|id| id != provider.id) {
+                continue;
+            }
+            let models = registry.models(&provider.id)?;
+            listed.push((provider, models));
         }
-        for model in registry
-            .models(&provider.id)
-            .map_err(|e| registry_error(&e))?
-        {
+        Ok(listed)
+    })?;
+    let mut models = Vec::new();
+    for (provider, provider_models) in listed {
+        for model in provider_models {
             models.push(PublicModel {
                 provider_id: provider.id.clone(),
                 name: model.name.clone(),
@@ -338,9 +410,9 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
     {
         *kind
     } else {
-        let model = registry(plane)?
-            .model(&p.provider_id, &p.model_id)
-            .map_err(|e| registry_error(&e))?;
+        let model = with_registry(plane, |registry| {
+            registry.model(&p.provider_id, &p.model_id)
+        })?;
         kind_of(model.config.model_type)
     };
     let builtin = p.provider_id == BUILTIN_PROVIDER_ID;
