@@ -110,6 +110,12 @@ pub enum ProviderError {
         /// The limit.
         max: usize,
     },
+    /// The provider's base URL is not loopback and the agent's entry does not say `remote_api_opt_in = true`
+    /// (the AWP launch rule for URLs reaching an agent).
+    #[error(
+        "provider {0} has a non-loopback base url; set remote_api_opt_in = true on the agent to allow it"
+    )]
+    RemoteNotAllowed(String),
     /// A model id is empty or over its length limit.
     #[error("invalid model id")]
     InvalidModelId,
@@ -138,6 +144,7 @@ impl ProviderError {
             ProviderError::UnsupportedApiType(_) => "unsupported_api_type",
             ProviderError::InvalidBaseUrl => "invalid_base_url",
             ProviderError::TooMany { .. } => "too_many",
+            ProviderError::RemoteNotAllowed(_) => "remote_url_not_allowed",
             ProviderError::InvalidModelId => "invalid_model_id",
             ProviderError::CorruptConfig(_) => "store_corrupt",
             ProviderError::Store(e) => e.code(),
@@ -285,6 +292,39 @@ pub fn default_config(model_type: ModelType) -> PublicModelConfig {
         search_strategy: None,
     }
     .into_public(false)
+}
+
+/// The environment an agent referencing host provider `reference` (`agents.toml` `provider`) gets at launch:
+/// `OPENAI_BASE_URL`, `OPENAI_MODEL` and, when a key is stored, `OPENAI_API_KEY` (the variables `awp-agent`
+/// reads, see `bins/awp-agent/src/provider.rs`). `model` is the turn's model (`--model`, else the entry's
+/// `model`); `None` picks the provider's first enabled model. The built-in provider gives only `OPENAI_MODEL`
+/// (an agent without `OPENAI_BASE_URL` uses its own built-in provider).
+///
+/// # Errors
+/// Those of [`ProviderRegistry::resolve`] and [`ResolvedModel::require_enabled`];
+/// [`ProviderError::RemoteNotAllowed`] for a non-loopback base URL without `remote_api_opt_in`.
+pub fn agent_env(
+    data_dir: &Path,
+    reference: &str,
+    model: Option<&str>,
+    remote_api_opt_in: bool,
+) -> Result<Vec<(String, String)>, ProviderError> {
+    let registry = ProviderRegistry::open(data_dir)?;
+    let resolved = registry
+        .resolve(Some(reference), model)?
+        .require_enabled()?;
+    let mut env = Vec::with_capacity(3);
+    if let Some(url) = &resolved.base_url {
+        if !remote_api_opt_in && agentwire_awp::launch::contains_remote_url(url) {
+            return Err(ProviderError::RemoteNotAllowed(resolved.provider_id));
+        }
+        env.push(("OPENAI_BASE_URL".to_owned(), url.clone()));
+    }
+    env.push(("OPENAI_MODEL".to_owned(), resolved.model_id.clone()));
+    if let Some(key) = &resolved.api_key {
+        env.push(("OPENAI_API_KEY".to_owned(), key.expose().to_owned()));
+    }
+    Ok(env)
 }
 
 fn random_uuid() -> Result<String, ProviderError> {

@@ -19,6 +19,8 @@ use serde_json::{Map, Value};
 use crate::caller::{Principal, Scope};
 use crate::policy::{self, EffectDecision, PolicyError};
 
+mod providers;
+
 /// What a method does, which decides the policy row. On the wire kebab-case, e.g. `"local-maintenance"`.
 ///
 /// Source: DeepChat `LOCAL_CONTROL_EFFECTS`; the rows are in [`policy::effect_decision`].
@@ -588,6 +590,12 @@ fn human_maintenance(method: &'static str, fields: &'static [&'static str]) -> M
 }
 
 fn standard_specs() -> Vec<MethodSpec> {
+    let mut specs = issue7_specs();
+    specs.extend(providers::specs());
+    specs
+}
+
+fn issue7_specs() -> Vec<MethodSpec> {
     vec![
         MethodSpec {
             method: "sessions.runDetached",
@@ -779,8 +787,10 @@ mod tests {
     #[test]
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
-        assert_eq!(surface.specs().len(), 21);
-        assert_eq!(Surface::standard().specs().len(), 21);
+        assert_eq!(issue7_specs().len(), 21);
+        assert_eq!(providers::specs().len(), 11);
+        assert_eq!(surface.specs().len(), standard_specs().len());
+        assert_eq!(Surface::standard().specs().len(), standard_specs().len());
     }
 
     #[test]

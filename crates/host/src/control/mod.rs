@@ -14,6 +14,7 @@
 //! every decision is written to the audit log (method, effect, outcome, hash of the redacted arguments).
 
 pub mod approver;
+mod providers;
 mod runs;
 pub mod settings;
 pub mod tools;
@@ -53,8 +54,9 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
-/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token). Never `sessions:run` (an
-/// agent cannot start runs).
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), and list providers and models
+/// and read model configurations (`providers:read`, `models:read`; every provider/model mutation is human-only).
+/// Never `sessions:run` (an agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
     Scope::RunsRead,
@@ -63,6 +65,8 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ArtifactsManage,
     Scope::SettingsRead,
     Scope::SkillsRead,
+    Scope::ProvidersRead,
+    Scope::ModelsRead,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -929,6 +933,7 @@ impl ControlPlane {
                     values,
                 })
             }
+            m if providers::handles(m) => providers::dispatch(self, m, p).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not served on /v1/rpc"),
