@@ -127,8 +127,14 @@ fn run(root: &Path, mut cmd: Command) -> Result<()> {
 /// OS tools the tests run, with the Debian package that provides each.
 ///
 /// `jq` and `uuidgen` are what the Kandev seed's example `agent.sh` needs (agentctl's tests run it unmodified);
-/// `tmux` is the terminal awp-host's interactive-session tests type into (`bins/awp-host/tests/interactive.rs`).
-const OS_TOOLS: &[(&str, &str)] = &[("jq", "jq"), ("uuidgen", "uuid-runtime"), ("tmux", "tmux")];
+/// `tmux` is the terminal awp-host's interactive-session tests type into (`bins/awp-host/tests/interactive.rs`);
+/// `file` identifies the built-in provider's PNG, WAV and AVI output (`crates/provider/tests/builtin.rs`).
+const OS_TOOLS: &[(&str, &str)] = &[
+    ("jq", "jq"),
+    ("uuidgen", "uuid-runtime"),
+    ("tmux", "tmux"),
+    ("file", "file"),
+];
 
 /// Installs the Debian packages of the [`OS_TOOLS`] that are missing from `PATH`, with `apt-get` (as root, or through
 /// `sudo`). On a machine without `apt-get` it fails naming what to install.

@@ -2,14 +2,14 @@
 //!
 //! See [`HELP`] for the complete behaviour; the protocol is `protocols/awp.md` ("Reference agent").
 //! Layout: [`args`] (command line), [`input`] (stdin lines), [`session`] (private history files),
-//! [`provider`] + [`sse`] (OpenAI-compatible streaming or the built-in demo), this file (the turn loop).
+//! [`provider`] (history → `agentwire-provider` chat requests; OpenAI-compatible streaming or the built-in
+//! demo), this file (the turn loop).
 
 mod args;
 mod input;
 mod output;
 mod provider;
 mod session;
-mod sse;
 mod tasks;
 
 use std::process::ExitCode;
@@ -21,9 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::input::{Input, InputError, UserTurn};
 use crate::output::{Event, TextBlock, TextDelta, TurnResult, UsageDto};
-use crate::provider::{Provider, ProviderLimits, StreamItem, ToolRound};
+use crate::provider::{Provider, ToolRound};
 use crate::session::{Message, Role, Session, SessionLimits, SessionStore};
 use crate::tasks::{ManagedTasks, TOOL_NAME, TaskToolLimits};
+use agentwire_provider::StreamItem;
 
 /// Most provider rounds with tool calls in one turn; one more is `managed_tool_round_limit`.
 const MAX_TOOL_ROUNDS: usize = 4;
@@ -199,11 +200,14 @@ async fn run(argv: Vec<String>) -> anyhow::Result<ExitCode> {
         return startup_error(&mut events, "invalid_session_id").await;
     }
     let lookup = |name: &str| std::env::var(name).ok();
-    let provider =
-        match Provider::from_vars(lookup, args.model.as_deref(), ProviderLimits::default()) {
-            Ok(provider) => provider,
-            Err(error) => return startup_error(&mut events, error.code()).await,
-        };
+    let provider = match Provider::from_vars(
+        lookup,
+        args.model.as_deref(),
+        agentwire_provider::Limits::default(),
+    ) {
+        Ok(provider) => provider,
+        Err(error) => return startup_error(&mut events, error.code()).await,
+    };
     let managed = match ManagedTasks::from_vars(lookup, TaskToolLimits::default()) {
         Ok(managed) => managed,
         Err(error) => return startup_error(&mut events, error.code()).await,
@@ -349,7 +353,7 @@ impl Agent {
             .collect();
         let mut rounds: Vec<ToolRound> = Vec::new();
         let mut reply = String::new();
-        let mut usage: Option<provider::Usage> = None;
+        let mut usage: Option<agentwire_provider::Usage> = None;
         let mut block_index = 0u32;
         let mut calls_made = 0usize;
         loop {
@@ -382,7 +386,7 @@ impl Agent {
                     }
                     Ok(Some(StreamItem::Usage(u))) => {
                         usage = Some(match usage {
-                            Some(total) => provider::Usage {
+                            Some(total) => agentwire_provider::Usage {
                                 input_tokens: total.input_tokens + u.input_tokens,
                                 output_tokens: total.output_tokens + u.output_tokens,
                             },
@@ -390,6 +394,8 @@ impl Agent {
                         });
                     }
                     Ok(Some(StreamItem::ToolCall(call))) => calls.push(call),
+                    // Reasoning is not part of the AWP reply; the finish reason is implied by the result.
+                    Ok(Some(StreamItem::Reasoning(_) | StreamItem::Finish(_))) => {}
                     Ok(None) => break Ok(()),
                     Err(error) => break Err(error),
                 }

@@ -6,13 +6,14 @@
 //! `cargo build --workspace --bins`.
 //!
 //! Modules: [`proc`] (portable process liveness for group-kill asserts), [`bench`] (the custom benches' smoke
-//! switch), [`jsonrpc_peer`] and [`acp_python`]. Only ever a dev-dependency.
+//! switch), [`jsonrpc_peer`], [`acp_python`] and [`openai_server`] (a loopback OpenAI-compatible server). Only ever a dev-dependency.
 
 use std::path::PathBuf;
 
 pub mod acp_python;
 pub mod bench;
 pub mod jsonrpc_peer;
+pub mod openai_server;
 pub mod proc;
 
 /// Path of a workspace binary named `name` in the target directory the running test was built into.

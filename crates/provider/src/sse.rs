@@ -11,6 +11,7 @@ use bytes::{Buf, BytesMut};
 const LINE_OVERHEAD_BYTES: usize = 16;
 
 /// Why the stream could not be decoded.
+#[non_exhaustive]
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SseError {
     /// One event (or one line) grew past the limit before it was dispatched.
