@@ -215,12 +215,21 @@ pub(super) async fn dispatch(
             let params = params::<wire::SetCredential>(p)?;
             let (provider_id, action, kind) =
                 (params.provider_id.clone(), params.action, params.kind);
+            // The provider runtime's key rules (at most 4096 bytes, no whitespace or control characters) on top of
+            // DeepChat's contract (64 KiB); the error names the rule, never the value.
+            let key = match (params.action, &params.value) {
+                (CredentialAction::Set, Some(value)) => Some(ApiKey::new(value).map_err(|e| {
+                    error(
+                        ErrorCode::InvalidRequest,
+                        format!("invalid credential: {e}"),
+                    )
+                })?),
+                _ => None,
+            };
             let configured = with_registry(plane, "update provider credential", move |registry| {
-                match (params.action, params.value) {
-                    (CredentialAction::Set, Some(value)) => {
-                        registry.set_api_key(&params.provider_id, &ApiKey::new(value))?;
-                    }
-                    _ => {
+                match &key {
+                    Some(key) => registry.set_api_key(&params.provider_id, key)?,
+                    None => {
                         registry.clear_api_key(&params.provider_id)?;
                     }
                 }
@@ -289,31 +298,47 @@ pub(super) async fn dispatch(
     }
 }
 
+/// How long a connection test may take (DeepChat `PUBLIC_PROVIDER_TEST_TIMEOUT_MS`).
+pub const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `providers.testPublicConnection`: `not_found` for an unknown provider; otherwise `{"isOk":…}` with a fixed
-/// message on failure (upstream text never crosses). Not yet wired to a provider runtime: see
-/// [`connection_ok`].
+/// message on failure (upstream status, headers and bodies never cross). The built-in provider answers when it is
+/// enabled; a custom provider when `GET <base>/models` succeeds within [`PROVIDER_TEST_TIMEOUT`] (DeepChat's
+/// `check` likewise asks the provider's model list).
 async fn test_connection(
     plane: &ControlPlane,
     params: wire::TestParams,
 ) -> Result<Value, ErrorBody> {
-    let resolved = with_registry(plane, "test provider", move |registry| {
-        registry.resolve(Some(&params.provider_id), params.model_id.as_deref())
+    let provider_id = params.provider_id.clone();
+    let (provider, key) = with_registry(plane, "test provider", move |registry| {
+        registry.endpoint(&provider_id)
     })
-    .await;
-    let ok = match resolved {
-        Ok(resolved) => connection_ok(resolved).await,
-        Err(e) if e.code == ErrorCode::NotFound && e.message == "Provider was not found" => {
-            return Err(e);
-        }
-        Err(_) => false,
-    };
+    .await?;
+    let ok = provider.enabled
+        && match provider.base_url.clone() {
+            None => provider.is_builtin(),
+            Some(base_url) => {
+                let limits = agentwire_provider::Limits {
+                    connect_timeout: PROVIDER_TEST_TIMEOUT,
+                    total_timeout: PROVIDER_TEST_TIMEOUT,
+                    ..agentwire_provider::Limits::default()
+                };
+                let config = agentwire_provider::OpenAiConfig {
+                    base_url,
+                    api_key: key,
+                    default_model: params.model_id,
+                    limits,
+                };
+                match agentwire_provider::OpenAiProvider::new(config) {
+                    Ok(client) => tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
+                        .await
+                        .is_ok_and(|answer| answer.is_ok()),
+                    Err(_) => false,
+                }
+            }
+        };
     result::<wire::TestPublicConnection>(&wire::TestResult {
         is_ok: ok,
         error_msg: (!ok).then(|| "Provider connection failed".to_owned()),
     })
-}
-
-/// Whether the resolved provider answers. The built-in provider always does.
-async fn connection_ok(resolved: crate::providers::ResolvedModel) -> bool {
-    resolved.builtin && resolved.enabled()
 }
