@@ -347,9 +347,9 @@ async fn chat(
     agent_token.revoke().await;
     let report = result.map_err(|e| {
         let exit = match &e {
-            TurnSetupError::Launch { .. } | TurnSetupError::ThreadCwdMissing { .. } => {
-                Exit::AgentUnavailable
-            }
+            TurnSetupError::Launch { .. }
+            | TurnSetupError::ThreadCwdMissing { .. }
+            | TurnSetupError::Provider { .. } => Exit::AgentUnavailable,
             TurnSetupError::ThreadAgentMismatch { .. }
             | TurnSetupError::EmptyPrompt
             | TurnSetupError::CwdNotUtf8(_) => Exit::Usage,

@@ -92,7 +92,10 @@ fn add_test_provider(host: &Host, server: &OpenAiTestServer) -> String {
         })
         .expect("add provider");
     registry
-        .set_api_key(&provider.id, &agentwire_host::ApiKey::new(KEY))
+        .set_api_key(
+            &provider.id,
+            &agentwire_host::ApiKey::new(KEY).expect("key"),
+        )
         .expect("key");
     registry
         .set_model_status(&provider.id, "test-chat", true)

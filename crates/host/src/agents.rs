@@ -14,6 +14,9 @@
 //! args = ["--permission-mode", "acceptEdits"]
 //! env = { ANTHROPIC_API_KEY = "sk-..." }
 //! model = "sonnet"
+//! provider = "local-llm"                # a host provider (id or name, `deepchat provider list`): its base URL,
+//!                                       # model and API key reach the agent as OPENAI_BASE_URL, OPENAI_MODEL,
+//!                                       # OPENAI_API_KEY at each launch (see crate::providers::agent_env)
 //! remote_api_opt_in = false             # allow non-loopback http(s) URLs in args/env
 //! max_line_bytes = 4194304              # longest stdout line (JSON Lines / JSON-RPC message) accepted
 //! include_partial_messages = true       # stream-json only: token-level deltas (default true)
@@ -139,6 +142,10 @@ pub struct AgentSpec {
     /// host (`can_use_tool`). Default: on for a `stream-json` agent whose executable's file name is `claude`,
     /// off otherwise; `agents.toml` key `control_protocol` (an error on agents of other protocols).
     pub control_protocol: bool,
+    /// A host provider (id or unique name) whose endpoint, model and key the agent gets in `OPENAI_BASE_URL`,
+    /// `OPENAI_MODEL` and `OPENAI_API_KEY` at each launch ([`crate::providers::agent_env`]), so a key is
+    /// configured once, in the host. `agents.toml` key `provider`; default `None`.
+    pub provider: Option<String>,
 }
 
 /// How long the host waits for the answer to its `initialize` control request: 60 s (the Python SDK's default
@@ -186,6 +193,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("first_output_timeout", &self.first_output_timeout)
             .field("include_partial_messages", &self.include_partial_messages)
             .field("control_protocol", &self.control_protocol)
+            .field("provider", &self.provider)
             .finish()
     }
 }
@@ -428,6 +436,33 @@ struct RawEntry {
     first_output_timeout_secs: Option<u64>,
     include_partial_messages: Option<bool>,
     control_protocol: Option<bool>,
+    provider: Option<String>,
+}
+
+/// The variables a host provider fills ([`crate::providers::agent_env`]); an entry with `provider` may not set them
+/// in `env` too.
+pub const PROVIDER_ENV_VARS: [&str; 3] = ["OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_API_KEY"];
+
+/// `provider = "…"`: 1..=256 characters without control characters, and no `env` entry for the variables the
+/// provider fills.
+fn check_provider_reference(
+    provider: &str,
+    env: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    if provider.is_empty()
+        || provider.chars().count() > 256
+        || provider.chars().any(char::is_control)
+    {
+        return Err(ConfigError::InvalidEntry {
+            message: "provider must be 1 to 256 characters without control characters".to_owned(),
+        });
+    }
+    if let Some(var) = PROVIDER_ENV_VARS.iter().find(|v| env.contains_key(**v)) {
+        return Err(ConfigError::InvalidEntry {
+            message: format!("provider and env.{var} conflict: the provider fills {var}"),
+        });
+    }
+    Ok(())
 }
 
 fn valid_name(name: &str) -> bool {
@@ -468,6 +503,7 @@ fn validated(
         first_output_timeout: Some(DEFAULT_FIRST_OUTPUT_TIMEOUT),
         include_partial_messages: true,
         control_protocol,
+        provider: None,
     })
 }
 
@@ -587,7 +623,11 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
                 message: "control_protocol applies to stream-json agents only".to_owned(),
             });
         }
+        if let Some(provider) = &raw.provider {
+            check_provider_reference(provider, &launch.env)?;
+        }
         let mut spec = validated(&name, protocol, launch, AgentSource::ConfigFile)?;
+        spec.provider = raw.provider;
         spec.control_protocol = raw
             .control_protocol
             .unwrap_or(spec.control_protocol || named_claude);

@@ -195,6 +195,7 @@ mod tests {
             first_output_timeout: None,
             include_partial_messages: false,
             control_protocol: false,
+            provider: None,
         }
     }
 

@@ -32,9 +32,22 @@ pub const BUILTIN_PROVIDER_ID: &str = "builtin";
 pub const BUILTIN_PROVIDER_NAME: &str = "Built-in (deterministic)";
 /// Its `apiType` in `providers.listPublic`.
 pub const BUILTIN_API_TYPE: &str = "builtin";
-/// The built-in provider's models: `(id, type)`. `builtin-demo` is the model name `awp-agent`'s built-in provider
-/// reports. Seeded on every open (missing rows are added; existing rows keep their status and configuration).
-pub const BUILTIN_MODELS: &[(&str, ModelType)] = &[("builtin-demo", ModelType::Chat)];
+/// The built-in provider's models: `(id, type)`, the models of `agentwire_provider`'s built-in provider
+/// (`builtin-demo` is the chat model, the one `awp-agent` reports). Seeded on every open (missing rows are added; existing rows keep their status and configuration).
+pub const BUILTIN_MODELS: &[(&str, ModelType)] = &[
+    (agentwire_provider::BUILTIN_MODEL, ModelType::Chat),
+    (
+        agentwire_provider::BUILTIN_IMAGE_MODEL,
+        ModelType::ImageGeneration,
+    ),
+    // DeepChat's public `ModelType` has no speech, transcription or video type: these report `chat`.
+    (agentwire_provider::BUILTIN_SPEECH_MODEL, ModelType::Chat),
+    (
+        agentwire_provider::BUILTIN_TRANSCRIPTION_MODEL,
+        ModelType::Chat,
+    ),
+    (agentwire_provider::BUILTIN_VIDEO_MODEL, ModelType::Chat),
+];
 /// Model group reported for every model (DeepChat's `group`).
 pub const DEFAULT_GROUP: &str = "default";
 
@@ -99,8 +112,8 @@ pub enum ProviderError {
     /// The adapter is a DeepChat one this host does not run (only OpenAI-compatible adapters are served).
     #[error("api type {0} is not served by this host (openai, openai-completions are)")]
     UnsupportedApiType(&'static str),
-    /// The base URL is not a credential-free http(s) URL.
-    #[error("base url is not a credential-free http(s) url")]
+    /// The base URL is not a credential-free http(s) URL (plain http only to a loopback host).
+    #[error("base url is not a credential-free https url (or http to a loopback host)")]
     InvalidBaseUrl,
     /// A count limit of [`RegistryLimits`] would be passed.
     #[error("more than {max} {what}")]
@@ -110,6 +123,12 @@ pub enum ProviderError {
         /// The limit.
         max: usize,
     },
+    /// The provider's base URL is not loopback and the agent's entry does not say `remote_api_opt_in = true`
+    /// (the AWP launch rule for URLs reaching an agent).
+    #[error(
+        "provider {0} has a non-loopback base url; set remote_api_opt_in = true on the agent to allow it"
+    )]
+    RemoteNotAllowed(String),
     /// A model id is empty or over its length limit.
     #[error("invalid model id")]
     InvalidModelId,
@@ -138,6 +157,7 @@ impl ProviderError {
             ProviderError::UnsupportedApiType(_) => "unsupported_api_type",
             ProviderError::InvalidBaseUrl => "invalid_base_url",
             ProviderError::TooMany { .. } => "too_many",
+            ProviderError::RemoteNotAllowed(_) => "remote_url_not_allowed",
             ProviderError::InvalidModelId => "invalid_model_id",
             ProviderError::CorruptConfig(_) => "store_corrupt",
             ProviderError::Store(e) => e.code(),
@@ -287,6 +307,39 @@ pub fn default_config(model_type: ModelType) -> PublicModelConfig {
     .into_public(false)
 }
 
+/// The environment an agent referencing host provider `reference` (`agents.toml` `provider`) gets at launch:
+/// `OPENAI_BASE_URL`, `OPENAI_MODEL` and, when a key is stored, `OPENAI_API_KEY` (the variables `awp-agent`
+/// reads, see `bins/awp-agent/src/provider.rs`). `model` is the turn's model (`--model`, else the entry's
+/// `model`); `None` picks the provider's first enabled model. The built-in provider gives only `OPENAI_MODEL`
+/// (an agent without `OPENAI_BASE_URL` uses its own built-in provider).
+///
+/// # Errors
+/// Those of [`ProviderRegistry::resolve`] and [`ResolvedModel::require_enabled`];
+/// [`ProviderError::RemoteNotAllowed`] for a non-loopback base URL without `remote_api_opt_in`.
+pub fn agent_env(
+    data_dir: &Path,
+    reference: &str,
+    model: Option<&str>,
+    remote_api_opt_in: bool,
+) -> Result<Vec<(String, String)>, ProviderError> {
+    let registry = ProviderRegistry::open(data_dir)?;
+    let resolved = registry
+        .resolve(Some(reference), model)?
+        .require_enabled()?;
+    let mut env = Vec::with_capacity(3);
+    if let Some(url) = &resolved.base_url {
+        if !remote_api_opt_in && agentwire_awp::launch::contains_remote_url(url) {
+            return Err(ProviderError::RemoteNotAllowed(resolved.provider_id));
+        }
+        env.push(("OPENAI_BASE_URL".to_owned(), url.clone()));
+    }
+    env.push(("OPENAI_MODEL".to_owned(), resolved.model_id.clone()));
+    if let Some(key) = &resolved.api_key {
+        env.push(("OPENAI_API_KEY".to_owned(), key.expose().to_owned()));
+    }
+    Ok(env)
+}
+
 fn random_uuid() -> Result<String, ProviderError> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|_| {
@@ -303,6 +356,14 @@ fn random_uuid() -> Result<String, ProviderError> {
         &hex[16..20],
         &hex[20..32]
     ))
+}
+
+/// DeepChat's URL rule ([`check_base_url`]) and the provider runtime's (`agentwire_provider::validate_base_url`:
+/// plain `http` only to a loopback host), so a provider that could never be called is refused when it is added.
+fn check_url(url: &str) -> Result<(), ProviderError> {
+    check_base_url(url).map_err(|_| ProviderError::InvalidBaseUrl)?;
+    agentwire_provider::validate_base_url(url).map_err(|_| ProviderError::InvalidBaseUrl)?;
+    Ok(())
 }
 
 fn provider_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProviderRecord> {
@@ -596,6 +657,23 @@ impl ProviderRegistry {
         })
     }
 
+    /// A provider's record and stored key, for a connection test (no model needed).
+    ///
+    /// # Errors
+    /// [`ProviderError::ProviderNotFound`], store and credential errors.
+    pub fn endpoint(
+        &self,
+        provider_id: &str,
+    ) -> Result<(ProviderRecord, Option<ApiKey>), ProviderError> {
+        let provider = self.require(provider_id)?;
+        let key = if provider.is_builtin() {
+            None
+        } else {
+            self.credentials.get(&provider.id)?
+        };
+        Ok((provider, key))
+    }
+
     fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), ProviderError> {
         let taken: Option<String> = self
             .conn
@@ -627,7 +705,7 @@ impl ProviderRegistry {
     /// [`ProviderError::TooMany`], store errors.
     pub fn add(&mut self, new: NewProvider) -> Result<ProviderRecord, ProviderError> {
         Self::check_adapter(new.api_type)?;
-        check_base_url(&new.base_url).map_err(|_| ProviderError::InvalidBaseUrl)?;
+        check_url(&new.base_url)?;
         self.check_name_free(&new.name, None)?;
         let count: i64 = self
             .conn
@@ -681,7 +759,7 @@ impl ProviderRegistry {
             Self::check_adapter(api_type)?;
         }
         if let Some(url) = &change.base_url {
-            check_base_url(url).map_err(|_| ProviderError::InvalidBaseUrl)?;
+            check_url(url)?;
         }
         if let Some(name) = &change.name {
             self.check_name_free(name, Some(id))?;
@@ -910,7 +988,7 @@ mod tests {
         );
         registry.set_model_status(&p.id, "llama", true).unwrap();
         registry
-            .set_api_key(&p.id, &ApiKey::new("sk-PLANTED"))
+            .set_api_key(&p.id, &ApiKey::new("sk-PLANTED").unwrap())
             .unwrap();
         let resolved = registry.resolve(Some("local-llm"), None).unwrap();
         assert_eq!(resolved.model_id, "llama");
@@ -981,7 +1059,7 @@ mod tests {
         );
         assert_eq!(
             registry
-                .set_api_key(BUILTIN_PROVIDER_ID, &ApiKey::new("k"))
+                .set_api_key(BUILTIN_PROVIDER_ID, &ApiKey::new("k").unwrap())
                 .unwrap_err()
                 .code(),
             "builtin_provider_immutable"
@@ -1084,7 +1162,7 @@ mod tests {
         let mut registry = open(tmp.path());
         let p = registry.add(local("x")).unwrap();
         registry
-            .set_api_key(&p.id, &ApiKey::new("sk-PLANTED-IN-STORE-TEST"))
+            .set_api_key(&p.id, &ApiKey::new("sk-PLANTED-IN-STORE-TEST").unwrap())
             .unwrap();
         drop(registry);
         for entry in std::fs::read_dir(tmp.path()).unwrap() {

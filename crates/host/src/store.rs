@@ -848,6 +848,11 @@ impl Store {
         self.conn
     }
 
+    /// The data directory this store lives in.
+    pub(crate) fn data_dir(&self) -> &Path {
+        self.locks_dir.parent().unwrap_or(&self.locks_dir)
+    }
+
     /// Runs this open found `running` with no live owner and marked `interrupted`.
     pub fn recovered_runs(&self) -> &[RunId] {
         &self.recovered

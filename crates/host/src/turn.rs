@@ -275,6 +275,16 @@ pub enum TurnSetupError {
     /// [`TurnOptions::cwd`] is not valid UTF-8, so it cannot be recorded on the thread.
     #[error("the working directory {} is not valid UTF-8", .0.display())]
     CwdNotUtf8(PathBuf),
+    /// The agent's host provider (`agents.toml` `provider`) cannot be used: unknown, disabled, no enabled model,
+    /// a remote URL without `remote_api_opt_in`, or its store failed.
+    #[error("agent `{agent}` cannot use its provider: {source}")]
+    Provider {
+        /// The agent.
+        agent: String,
+        /// Why.
+        #[source]
+        source: crate::providers::ProviderError,
+    },
     /// The store failed (includes an unknown thread: [`StoreError::ThreadNotFound`]).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -289,6 +299,7 @@ impl TurnSetupError {
             TurnSetupError::EmptyPrompt => "empty_prompt",
             TurnSetupError::ThreadCwdMissing { .. } => "thread_cwd_missing",
             TurnSetupError::CwdNotUtf8(_) => "cwd_not_utf8",
+            TurnSetupError::Provider { source, .. } => source.code(),
             TurnSetupError::Store(e) => e.code(),
         }
     }
@@ -878,6 +889,22 @@ async fn run_turn_inner(
     })?;
     plan.args
         .extend(agent.extra_args().into_iter().map(str::to_owned));
+    if let Some(provider) = &agent.provider {
+        let env = crate::providers::agent_env(
+            store.data_dir(),
+            provider,
+            model,
+            agent.launch.remote_api_opt_in,
+        )
+        .map_err(|source| TurnSetupError::Provider {
+            agent: agent.name.clone(),
+            source,
+        })?;
+        for (key, value) in env {
+            plan.env.retain(|(k, _)| *k != key);
+            plan.env.push((key, value));
+        }
+    }
 
     // The process kept for this thread and agent, if any; a process for anything else is stopped.
     let mut kept = None;

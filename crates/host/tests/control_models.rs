@@ -67,7 +67,10 @@ impl Host {
             })
             .expect("add provider");
         registry
-            .set_api_key(&provider.id, &agentwire_host::ApiKey::new(KEY))
+            .set_api_key(
+                &provider.id,
+                &agentwire_host::ApiKey::new(KEY).expect("key"),
+            )
             .expect("key");
         for model in ["test-chat", "test-speech", "test-video"] {
             registry

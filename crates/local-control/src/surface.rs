@@ -10,8 +10,6 @@
 //! DeepChat `src/main/cli/surface.ts` (`CLI_SURFACE_V2_ENTRIES`: effects, callers, scopes, limits) and
 //! `src/shared/contracts/routes/cli.routes.ts` (`LocalControlCapabilitySchema`).
 
-mod models;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -20,6 +18,9 @@ use serde_json::{Map, Value};
 
 use crate::caller::{Principal, Scope};
 use crate::policy::{self, EffectDecision, PolicyError};
+
+mod models;
+mod providers;
 
 /// What a method does, which decides the policy row. On the wire kebab-case, e.g. `"local-maintenance"`.
 ///
@@ -302,12 +303,7 @@ impl Surface {
     /// settings methods (issue 7), plus agentwire's own `threads.list`, `threads.get`,
     /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`.
     pub fn standard() -> Surface {
-        match Surface::from_specs(
-            standard_specs()
-                .into_iter()
-                .chain(models::specs())
-                .collect(),
-        ) {
+        match Surface::from_specs(standard_specs()) {
             Ok(surface) => surface,
             // The standard table is a constant checked by `standard_surface_is_valid`; an empty surface
             // (deny everything) is the fail-closed answer should it ever be wrong.
@@ -595,6 +591,13 @@ fn human_maintenance(method: &'static str, fields: &'static [&'static str]) -> M
 }
 
 fn standard_specs() -> Vec<MethodSpec> {
+    let mut specs = issue7_specs();
+    specs.extend(providers::specs());
+    specs.extend(models::specs());
+    specs
+}
+
+fn issue7_specs() -> Vec<MethodSpec> {
     vec![
         MethodSpec {
             method: "sessions.runDetached",
@@ -786,8 +789,11 @@ mod tests {
     #[test]
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
-        assert_eq!(surface.specs().len(), 21);
-        assert_eq!(Surface::standard().specs().len(), 21 + 8);
+        assert_eq!(issue7_specs().len(), 21);
+        assert_eq!(providers::specs().len(), 11);
+        assert_eq!(models::specs().len(), 8);
+        assert_eq!(surface.specs().len(), standard_specs().len());
+        assert_eq!(Surface::standard().specs().len(), standard_specs().len());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 pub mod admission;
 pub mod approver;
 mod models;
+mod providers;
 mod runs;
 pub mod settings;
 pub mod tools;
@@ -55,10 +56,11 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
-/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), list and invoke models and
-/// generate or transcribe media through compute admission (`models:read`, `models:invoke`, `media:generate`,
-/// `audio:transcribe`; results are artifact ids and metadata, never bytes). Never `sessions:run` (an
-/// agent cannot start runs).
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), list providers and models
+/// and read model configurations (`providers:read`, `models:read`; every provider/model mutation is human-only),
+/// and invoke models and generate or transcribe media through compute admission (`models:invoke`,
+/// `media:generate`, `audio:transcribe`; results are artifact ids and metadata, never bytes). Never
+/// `sessions:run` (an agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
     Scope::RunsRead,
@@ -67,6 +69,7 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ArtifactsManage,
     Scope::SettingsRead,
     Scope::SkillsRead,
+    Scope::ProvidersRead,
     Scope::ModelsRead,
     Scope::ModelsInvoke,
     Scope::MediaGenerate,
@@ -1022,6 +1025,7 @@ impl ControlPlane {
                     values,
                 })
             }
+            m if providers::handles(m) => providers::dispatch(self, m, p).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not served on /v1/rpc"),

@@ -9,9 +9,9 @@
 //! away. Binary results go to the artifact spool owned by the caller; callers get ids and metadata only.
 //!
 //! Providers come from the host's [`ProviderRegistry`](crate::providers::ProviderRegistry): `builtin` is the
-//! deterministic built-in provider (its chat model `builtin-demo` is in the registry; its media models
-//! `builtin-image`, `builtin-speech`, `builtin-transcribe`, `builtin-video` are always enabled), other ids are
-//! custom OpenAI-compatible providers whose key the registry reads from its 0600 file. Compute admission
+//! deterministic built-in provider (models `builtin-demo`, `builtin-image`, `builtin-speech`, `builtin-transcribe`,
+//! `builtin-video`, enabled or disabled like any other), other ids are custom OpenAI-compatible providers whose key
+//! the registry reads from its 0600 file. Compute admission
 //! (`admission`) has already run in `authorize`; its wait is `latency.queueMs`.
 //!
 //! Upstream error text, headers and bodies never reach a caller, the audit log or the host log: the provider
@@ -47,8 +47,10 @@ use super::runs::{spool_error, spool_owner, wire_artifact};
 use super::{ControlPlane, Grant, error, params, result};
 use crate::providers::{BUILTIN_PROVIDER_ID, ProviderRegistry};
 
-/// The built-in provider's media models and what each is for (its chat model `builtin-demo` is in the registry).
-const BUILTIN_MEDIA_MODELS: &[(&str, ModelKind)] = &[
+/// What each model of the built-in provider is for. The registry lists them all (DeepChat's public model types
+/// have no speech, transcription or video, so it records those as `chat`); this table is the authority on kind.
+const BUILTIN_KINDS: &[(&str, ModelKind)] = &[
+    (agentwire_provider::BUILTIN_MODEL, ModelKind::Chat),
     (
         agentwire_provider::BUILTIN_IMAGE_MODEL,
         ModelKind::ImageGeneration,
@@ -63,6 +65,13 @@ const BUILTIN_MEDIA_MODELS: &[(&str, ModelKind)] = &[
         ModelKind::VideoGeneration,
     ),
 ];
+
+fn builtin_kind(model_id: &str) -> Option<ModelKind> {
+    BUILTIN_KINDS
+        .iter()
+        .find(|(id, _)| *id == model_id)
+        .map(|(_, kind)| *kind)
+}
 
 /// Whether `method` is served by [`dispatch`] on `/v1/rpc`.
 pub(super) fn handles(method: &str) -> bool {
@@ -258,8 +267,9 @@ struct Target {
 
 /// Resolves `provider_id`/`model_id` for a call that needs a model of `kind`.
 ///
-/// Custom providers' models are checked against `kind` only where the registry's model types can say
-/// (chat and image generation); speech, transcription and video models of custom providers are taken as named.
+/// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models only where the registry's
+/// model types can say (chat and image generation): their speech, transcription and video models are taken as
+/// named.
 fn resolve(
     plane: &ControlPlane,
     provider_id: &str,
@@ -267,27 +277,20 @@ fn resolve(
     kind: ModelKind,
 ) -> Result<Target, ErrorBody> {
     let limits = plane.inner.provider_limits.clone();
-    if provider_id == BUILTIN_PROVIDER_ID
-        && let Some((_, builtin_kind)) = BUILTIN_MEDIA_MODELS.iter().find(|(id, _)| *id == model_id)
-    {
-        if *builtin_kind != kind {
-            return Err(not_for(kind));
-        }
-        return Ok(Target {
-            provider_id: provider_id.to_owned(),
-            model_id: model_id.to_owned(),
-            provider: std::sync::Arc::new(Provider::builtin(limits)),
-        });
-    }
     let resolved = with_registry(plane, |registry| {
         registry
             .resolve(Some(provider_id), Some(model_id))
             .and_then(crate::providers::ResolvedModel::require_enabled)
     })?;
-    let registered = kind_of(resolved.config.model_type);
-    let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
-    if (checkable || resolved.builtin) && registered != kind {
-        return Err(not_for(kind));
+    if resolved.builtin {
+        if builtin_kind(&resolved.model_id) != Some(kind) {
+            return Err(not_for(kind));
+        }
+    } else {
+        let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
+        if checkable && kind_of(resolved.config.model_type) != kind {
+            return Err(not_for(kind));
+        }
     }
     let provider = if resolved.builtin {
         std::sync::Arc::new(Provider::builtin(limits))
@@ -368,26 +371,20 @@ fn list_public(plane: &ControlPlane, p: &wire::ListPublicParams) -> Result<Value
     let mut models = Vec::new();
     for (provider, provider_models) in listed {
         for model in provider_models {
+            let kind = match provider.is_builtin() {
+                true => builtin_kind(&model.model_id),
+                false => None,
+            }
+            .unwrap_or_else(|| kind_of(model.config.model_type));
             models.push(PublicModel {
                 provider_id: provider.id.clone(),
                 name: model.name.clone(),
                 id: model.model_id,
-                kind: kind_of(model.config.model_type),
+                kind,
                 enabled: model.enabled,
                 provider_enabled: provider.enabled,
                 builtin: provider.is_builtin(),
             });
-        }
-        if provider.is_builtin() {
-            models.extend(BUILTIN_MEDIA_MODELS.iter().map(|(id, kind)| PublicModel {
-                provider_id: provider.id.clone(),
-                id: (*id).to_owned(),
-                name: (*id).to_owned(),
-                kind: *kind,
-                enabled: true,
-                provider_enabled: provider.enabled,
-                builtin: true,
-            }));
         }
     }
     if enabled_only {
@@ -403,18 +400,14 @@ fn list_public(plane: &ControlPlane, p: &wire::ListPublicParams) -> Result<Value
 }
 
 fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, ErrorBody> {
-    let kind = if p.provider_id == BUILTIN_PROVIDER_ID
-        && let Some((_, kind)) = BUILTIN_MEDIA_MODELS
-            .iter()
-            .find(|(id, _)| *id == p.model_id)
-    {
-        *kind
-    } else {
-        let model = with_registry(plane, |registry| {
-            registry.model(&p.provider_id, &p.model_id)
-        })?;
-        kind_of(model.config.model_type)
-    };
+    let model = with_registry(plane, |registry| {
+        registry.model(&p.provider_id, &p.model_id)
+    })?;
+    let kind = match p.provider_id == BUILTIN_PROVIDER_ID {
+        true => builtin_kind(&p.model_id),
+        false => None,
+    }
+    .unwrap_or_else(|| kind_of(model.config.model_type));
     let builtin = p.provider_id == BUILTIN_PROVIDER_ID;
     let methods: &[&str] = match kind {
         ModelKind::Chat => &[Invoke::NAME],

@@ -3,7 +3,8 @@
 //! directory) under an exclusive lock file, so a crash leaves the old or the new file, never a torn one.
 //!
 //! Only the provider runtime reads keys ([`super::ProviderRegistry::resolve`]); every other caller sees whether a
-//! key is stored. [`ApiKey`] never prints its value: no `Display`, no `Serialize`, a redacted `Debug`; and
+//! key is stored. Keys are `agentwire_provider::ApiKey`s (at most 4096 bytes, no whitespace or control characters;
+//! `Debug`/`Display` print `***`, no `Serialize`); a stored text that is not a valid key is `corrupt`. And
 //! [`CredentialError`] carries paths and counts only (a parse error of the file is reported as `corrupt`
 //! without serde's text, which could quote the file's content).
 
@@ -39,27 +40,7 @@ impl Default for CredentialLimits {
     }
 }
 
-/// An API key. The value is reachable only through [`ApiKey::expose`]; `Debug` prints `ApiKey(<redacted>)`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key (checked by the caller against the contract, `check_credential`).
-    pub fn new(value: impl Into<String>) -> ApiKey {
-        ApiKey(value.into())
-    }
-
-    /// The key itself, for the HTTP header or the agent's environment. Never log or print it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
+pub use agentwire_provider::ApiKey;
 
 /// Why the credential file could not be read or written. Never contains a key.
 #[non_exhaustive]
@@ -239,7 +220,12 @@ impl CredentialStore {
     /// # Errors
     /// [`CredentialError`] when the file cannot be read.
     pub fn get(&self, provider_id: &str) -> Result<Option<ApiKey>, CredentialError> {
-        Ok(self.read()?.api_keys.remove(provider_id).map(ApiKey))
+        match self.read()?.api_keys.remove(provider_id) {
+            None => Ok(None),
+            Some(text) => ApiKey::new(&text)
+                .map(Some)
+                .map_err(|_| CredentialError::Corrupt(self.path())),
+        }
     }
 
     /// The providers that have a stored key.
@@ -299,10 +285,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let creds = store(tmp.path(), 10);
         assert!(creds.get("p").unwrap().is_none());
-        let key = ApiKey::new("sk-PLANTED-credential");
+        let key = ApiKey::new("sk-PLANTED-credential").unwrap();
         creds.set("p", &key).unwrap();
         assert_eq!(creds.get("p").unwrap(), Some(key.clone()));
-        assert_eq!(format!("{key:?}"), "ApiKey(<redacted>)");
+        assert!(!format!("{key:?} {key}").contains("PLANTED"));
         assert!(creds.configured().unwrap().contains("p"));
         #[cfg(unix)]
         {
@@ -330,10 +316,10 @@ mod tests {
     fn the_key_count_is_bounded_at_the_limit_and_one_past_it() {
         let tmp = tempfile::tempdir().unwrap();
         let creds = store(tmp.path(), 2);
-        creds.set("a", &ApiKey::new("1")).unwrap();
-        creds.set("b", &ApiKey::new("2")).unwrap();
-        creds.set("b", &ApiKey::new("3")).unwrap();
-        let err = creds.set("c", &ApiKey::new("4")).unwrap_err();
+        creds.set("a", &ApiKey::new("1").unwrap()).unwrap();
+        creds.set("b", &ApiKey::new("2").unwrap()).unwrap();
+        creds.set("b", &ApiKey::new("3").unwrap()).unwrap();
+        let err = creds.set("c", &ApiKey::new("4").unwrap()).unwrap_err();
         assert_eq!(err.code(), "too_many_credentials");
     }
 
@@ -375,7 +361,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let tmp = tempfile::tempdir().unwrap();
         let creds = store(tmp.path(), 10);
-        creds.set("p", &ApiKey::new("k")).unwrap();
+        creds.set("p", &ApiKey::new("k").unwrap()).unwrap();
         std::fs::set_permissions(creds.path(), std::fs::Permissions::from_mode(0o644)).unwrap();
         let dir = tmp.path().join(CREDENTIALS_DIR);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();

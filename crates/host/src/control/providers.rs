@@ -1,0 +1,344 @@
+//! Handlers of capability row 8, provider/model administration: `providers.listPublic`,
+//! `providers.testPublicConnection`, `providers.addPublic`, `providers.updatePublic`, `providers.remove`,
+//! `providers.setCredential` (set and clear), `models.listRuntime`, `models.setStatus`, `models.getPublicConfig`,
+//! `models.setPublicConfig`, `models.resetConfig`.
+//!
+//! Policy (effects, callers, scopes, renderer approval) was decided before dispatch from the surface entries
+//! (`agentwire_local_control::surface`); these handlers map the wire DTOs onto [`ProviderRegistry`] and back.
+//! Source of the shapes and error choices: DeepChat `src/main/cli/providerModelAdminRoutes.ts` (`not_found` for
+//! an unknown provider or model, `conflict` for the built-in provider's adapter, `unavailable` with a fixed
+//! "Could not …" message when storage fails, a fixed `errorMsg` for a failed connection test). Registry work
+//! (SQLite, the credential file's fsyncs) runs on the blocking pool.
+
+use agentwire_local_control::contract::Method;
+use agentwire_local_control::contract::model_config::{
+    self as wire_models, ConfigResult, ListRuntimeResult, ModelStatus, ModelSummary, ResetResult,
+};
+use agentwire_local_control::contract::providers::{
+    self as wire, AddResult, CredentialAction, ListResult, PublicProvider, PublicProviderModel,
+    PublicProviderSummary, RemoveResult, SetCredentialResult, UpdateResult,
+};
+use agentwire_local_control::envelope::{ErrorBody, ErrorCode};
+use serde_json::Value;
+
+use super::{ControlPlane, error, params, result};
+use crate::providers::{
+    ApiKey, ModelRecord, NewProvider, ProviderChange, ProviderError, ProviderRecord,
+    ProviderRegistry,
+};
+
+/// The methods this module serves.
+const METHODS: &[&str] = &[
+    wire::ListPublic::NAME,
+    wire::TestPublicConnection::NAME,
+    wire::AddPublic::NAME,
+    wire::UpdatePublic::NAME,
+    wire::Remove::NAME,
+    wire::SetCredential::NAME,
+    wire_models::ListRuntime::NAME,
+    wire_models::SetStatus::NAME,
+    wire_models::GetPublicConfig::NAME,
+    wire_models::SetPublicConfig::NAME,
+    wire_models::ResetConfig::NAME,
+];
+
+/// Whether `method` is one of this module's.
+pub(super) fn handles(method: &str) -> bool {
+    METHODS.contains(&method)
+}
+
+/// The wire error of a registry failure. Messages never hold a credential (the registry's errors cannot).
+pub(crate) fn provider_error(e: &ProviderError, action: &str) -> ErrorBody {
+    match e {
+        ProviderError::ProviderNotFound(_) => error(ErrorCode::NotFound, "Provider was not found"),
+        ProviderError::ModelNotFound { .. } => error(ErrorCode::NotFound, "Model was not found"),
+        ProviderError::NoEnabledModel(_)
+        | ProviderError::ProviderDisabled(_)
+        | ProviderError::ModelDisabled { .. }
+        | ProviderError::BuiltinImmutable(_)
+        | ProviderError::NameTaken(_) => error(ErrorCode::Conflict, e.to_string()),
+        ProviderError::UnsupportedApiType(_)
+        | ProviderError::InvalidBaseUrl
+        | ProviderError::InvalidModelId
+        | ProviderError::TooMany { .. } => error(ErrorCode::InvalidRequest, e.to_string()),
+        _ => {
+            tracing::warn!(code = e.code(), "provider administration failed: {action}");
+            error(ErrorCode::Unavailable, format!("Could not {action}")).retriable(true)
+        }
+    }
+}
+
+/// Runs `work` on a registry of the plane's data directory on the blocking pool.
+async fn with_registry<T: Send + 'static>(
+    plane: &ControlPlane,
+    action: &'static str,
+    work: impl FnOnce(&mut ProviderRegistry) -> Result<T, ProviderError> + Send + 'static,
+) -> Result<T, ErrorBody> {
+    let data_dir = plane.inner.data_dir.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut registry = ProviderRegistry::open(&data_dir)?;
+        work(&mut registry)
+    })
+    .await;
+    match joined {
+        Ok(answer) => answer.map_err(|e| provider_error(&e, action)),
+        Err(_) => Err(error(ErrorCode::Unavailable, format!("Could not {action}")).retriable(true)),
+    }
+}
+
+fn summary(provider: &ProviderRecord, has_key: bool) -> PublicProviderSummary {
+    PublicProviderSummary {
+        id: provider.id.clone(),
+        name: provider.name.clone(),
+        api_type: provider.api_type.clone(),
+        enabled: provider.enabled,
+        custom: provider.custom,
+        stored_credential_configured: has_key,
+    }
+}
+
+fn public_model(model: &ModelRecord) -> PublicProviderModel {
+    PublicProviderModel {
+        id: model.model_id.clone(),
+        name: model.name.clone(),
+        group: crate::providers::DEFAULT_GROUP.to_owned(),
+        enabled: model.enabled,
+        custom: model.custom,
+        vision: model.config.vision,
+        function_call: model.config.function_call,
+        reasoning: model.config.reasoning,
+        enable_search: model.config.enable_search.unwrap_or(false),
+        model_type: Some(model.config.model_type),
+        context_length: Some(model.config.context_length),
+        max_tokens: Some(model.config.max_tokens),
+    }
+}
+
+fn runtime_model(model: &ModelRecord) -> ModelSummary {
+    ModelSummary {
+        id: model.model_id.clone(),
+        name: model.name.clone(),
+        group: crate::providers::DEFAULT_GROUP.to_owned(),
+        provider_id: model.provider_id.clone(),
+        enabled: Some(model.enabled),
+        is_custom: Some(model.custom),
+        vision: Some(model.config.vision),
+        function_call: Some(model.config.function_call),
+        reasoning: Some(model.config.reasoning),
+        model_type: Some(model.config.model_type),
+        context_length: Some(model.config.context_length),
+        max_tokens: Some(model.config.max_tokens),
+    }
+}
+
+/// Serves one of [`METHODS`].
+pub(super) async fn dispatch(
+    plane: &ControlPlane,
+    method: &'static str,
+    p: Value,
+) -> Result<Value, ErrorBody> {
+    match method {
+        wire::ListPublic::NAME => {
+            let params = params::<wire::ListPublic>(p)?;
+            let enabled_only = params.enabled_only.unwrap_or(false);
+            let providers = with_registry(plane, "list providers", move |registry| {
+                let keys = registry.providers_with_keys()?;
+                let mut out = Vec::new();
+                for provider in registry.list(enabled_only)? {
+                    let models = registry.models(&provider.id)?;
+                    let s = summary(&provider, keys.contains(&provider.id));
+                    out.push(PublicProvider {
+                        id: s.id,
+                        name: s.name,
+                        api_type: s.api_type,
+                        enabled: s.enabled,
+                        custom: s.custom,
+                        stored_credential_configured: s.stored_credential_configured,
+                        models: models.iter().map(public_model).collect(),
+                    });
+                }
+                Ok(out)
+            })
+            .await?;
+            result::<wire::ListPublic>(&ListResult { providers })
+        }
+        wire::TestPublicConnection::NAME => {
+            let params = params::<wire::TestPublicConnection>(p)?;
+            test_connection(plane, params).await
+        }
+        wire::AddPublic::NAME => {
+            let params = params::<wire::AddPublic>(p)?;
+            let provider = with_registry(plane, "add provider", move |registry| {
+                registry.add(NewProvider {
+                    name: params.name,
+                    api_type: params.api_type,
+                    base_url: params.base_url,
+                    enabled: params.enabled,
+                })
+            })
+            .await?;
+            result::<wire::AddPublic>(&AddResult {
+                provider: summary(&provider, false),
+            })
+        }
+        wire::UpdatePublic::NAME => {
+            let params = params::<wire::UpdatePublic>(p)?;
+            let (provider, rebuild, has_key) =
+                with_registry(plane, "update provider", move |registry| {
+                    let (provider, rebuild) = registry.update(
+                        &params.provider_id,
+                        ProviderChange {
+                            name: params.updates.name,
+                            api_type: params.updates.api_type,
+                            base_url: params.updates.base_url,
+                            enabled: params.updates.enabled,
+                        },
+                    )?;
+                    let has_key = registry.has_api_key(&provider.id)?;
+                    Ok((provider, rebuild, has_key))
+                })
+                .await?;
+            result::<wire::UpdatePublic>(&UpdateResult {
+                provider: summary(&provider, has_key),
+                requires_rebuild: rebuild,
+            })
+        }
+        wire::Remove::NAME => {
+            let params = params::<wire::Remove>(p)?;
+            let removed = with_registry(plane, "remove provider", move |registry| {
+                registry.remove(&params.provider_id)
+            })
+            .await?;
+            result::<wire::Remove>(&RemoveResult { removed })
+        }
+        wire::SetCredential::NAME => {
+            let params = params::<wire::SetCredential>(p)?;
+            let (provider_id, action, kind) =
+                (params.provider_id.clone(), params.action, params.kind);
+            // The provider runtime's key rules (at most 4096 bytes, no whitespace or control characters) on top of
+            // DeepChat's contract (64 KiB); the error names the rule, never the value.
+            let key = match (params.action, &params.value) {
+                (CredentialAction::Set, Some(value)) => Some(ApiKey::new(value).map_err(|e| {
+                    error(
+                        ErrorCode::InvalidRequest,
+                        format!("invalid credential: {e}"),
+                    )
+                })?),
+                _ => None,
+            };
+            let configured = with_registry(plane, "update provider credential", move |registry| {
+                match &key {
+                    Some(key) => registry.set_api_key(&params.provider_id, key)?,
+                    None => {
+                        registry.clear_api_key(&params.provider_id)?;
+                    }
+                }
+                registry.has_api_key(&params.provider_id)
+            })
+            .await?;
+            result::<wire::SetCredential>(&SetCredentialResult {
+                provider_id,
+                action,
+                kind,
+                stored_api_key_configured: configured,
+            })
+        }
+        wire_models::ListRuntime::NAME => {
+            let params = params::<wire_models::ListRuntime>(p)?;
+            let models = with_registry(plane, "list models", move |registry| {
+                registry.models(&params.provider_id)
+            })
+            .await?;
+            result::<wire_models::ListRuntime>(&ListRuntimeResult {
+                models: models.iter().map(runtime_model).collect(),
+            })
+        }
+        wire_models::SetStatus::NAME => {
+            let params = params::<wire_models::SetStatus>(p)?;
+            let model = with_registry(plane, "update model status", move |registry| {
+                registry.set_model_status(&params.provider_id, &params.model_id, params.enabled)
+            })
+            .await?;
+            result::<wire_models::SetStatus>(&ModelStatus {
+                provider_id: model.provider_id,
+                model_id: model.model_id,
+                enabled: model.enabled,
+            })
+        }
+        wire_models::GetPublicConfig::NAME => {
+            let params = params::<wire_models::GetPublicConfig>(p)?;
+            let model = with_registry(plane, "read model configuration", move |registry| {
+                registry.model(&params.provider_id, &params.model_id)
+            })
+            .await?;
+            result::<wire_models::GetPublicConfig>(&ConfigResult {
+                config: model.config,
+            })
+        }
+        wire_models::SetPublicConfig::NAME => {
+            let params = params::<wire_models::SetPublicConfig>(p)?;
+            let config = with_registry(plane, "update model configuration", move |registry| {
+                registry.set_model_config(&params.provider_id, &params.model_id, params.config)
+            })
+            .await?;
+            result::<wire_models::SetPublicConfig>(&ConfigResult { config })
+        }
+        wire_models::ResetConfig::NAME => {
+            let params = params::<wire_models::ResetConfig>(p)?;
+            let reset = with_registry(plane, "reset model configuration", move |registry| {
+                registry.reset_model_config(&params.provider_id, &params.model_id)
+            })
+            .await?;
+            result::<wire_models::ResetConfig>(&ResetResult { reset })
+        }
+        other => Err(error(
+            ErrorCode::NotFound,
+            format!("{other} is not served on /v1/rpc"),
+        )),
+    }
+}
+
+/// How long a connection test may take (DeepChat `PUBLIC_PROVIDER_TEST_TIMEOUT_MS`).
+pub const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `providers.testPublicConnection`: `not_found` for an unknown provider; otherwise `{"isOk":…}` with a fixed
+/// message on failure (upstream status, headers and bodies never cross). The built-in provider answers when it is
+/// enabled; a custom provider when `GET <base>/models` succeeds within [`PROVIDER_TEST_TIMEOUT`] (DeepChat's
+/// `check` likewise asks the provider's model list).
+async fn test_connection(
+    plane: &ControlPlane,
+    params: wire::TestParams,
+) -> Result<Value, ErrorBody> {
+    let provider_id = params.provider_id.clone();
+    let (provider, key) = with_registry(plane, "test provider", move |registry| {
+        registry.endpoint(&provider_id)
+    })
+    .await?;
+    let ok = provider.enabled
+        && match provider.base_url.clone() {
+            None => provider.is_builtin(),
+            Some(base_url) => {
+                let limits = agentwire_provider::Limits {
+                    connect_timeout: PROVIDER_TEST_TIMEOUT,
+                    total_timeout: PROVIDER_TEST_TIMEOUT,
+                    ..agentwire_provider::Limits::default()
+                };
+                let config = agentwire_provider::OpenAiConfig {
+                    base_url,
+                    api_key: key,
+                    default_model: params.model_id,
+                    limits,
+                };
+                match agentwire_provider::OpenAiProvider::new(config) {
+                    Ok(client) => tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
+                        .await
+                        .is_ok_and(|answer| answer.is_ok()),
+                    Err(_) => false,
+                }
+            }
+        };
+    result::<wire::TestPublicConnection>(&wire::TestResult {
+        is_ok: ok,
+        error_msg: (!ok).then(|| "Provider connection failed".to_owned()),
+    })
+}
