@@ -6,7 +6,8 @@
 //! `cargo build --workspace --bins`.
 //!
 //! Modules: [`proc`] (portable process liveness for group-kill asserts), [`bench`] (the custom benches' smoke
-//! switch), [`jsonrpc_peer`] and [`acp_python`]. Only ever a dev-dependency.
+//! switch), [`jsonrpc_peer`], [`acp_python`] and [`text_image`] (images and PDFs with text for OCR tests). Only ever a
+//! dev-dependency.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ pub mod acp_python;
 pub mod bench;
 pub mod jsonrpc_peer;
 pub mod proc;
+pub mod text_image;
 
 /// Path of a workspace binary named `name` in the target directory the running test was built into.
 ///

@@ -17,6 +17,7 @@
 
 pub mod artifacts;
 pub mod cli;
+pub mod ocr;
 pub mod ours;
 pub mod runs;
 pub mod settings;
