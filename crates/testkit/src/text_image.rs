@@ -1,7 +1,7 @@
 //! Images and PDFs with text in them, generated without fonts or image libraries, for OCR tests.
 //!
 //! [`render`] draws uppercase ASCII letters, digits and a few marks with a 5×7 bitmap font scaled up, black on
-//! white, into an 8-bit grayscale [`Bitmap`]; [`png`] encodes one (stored deflate blocks, CRC-32 and Adler-32
+//! white, edges softened by a box blur, into an 8-bit grayscale [`Bitmap`]; [`png`] encodes one (stored deflate blocks, CRC-32 and Adler-32
 //! computed here); [`pdf`] wraps bitmaps as one image XObject per page (uncompressed `DeviceGray`), so the PDF
 //! needs no font and `pdftoppm` renders exactly the bitmap back at 150 dpi.
 
@@ -96,10 +96,40 @@ pub fn render(lines: &[&str], scale: usize) -> Bitmap {
             }
         }
     }
-    Bitmap {
+    let bitmap = Bitmap {
         width,
         height,
         pixels,
+    };
+    soften(&bitmap, scale / 2)
+}
+
+/// A box blur of `radius` pixels: grey edges, as a scanned or antialiased glyph has (Tesseract reads them more
+/// reliably than hard pixel steps).
+fn soften(bitmap: &Bitmap, radius: usize) -> Bitmap {
+    if radius == 0 {
+        return bitmap.clone();
+    }
+    let (w, h) = (bitmap.width, bitmap.height);
+    let mut out = vec![255u8; w * h];
+    for y in 0..h {
+        for x in 0..w {
+            let (x0, x1) = (x.saturating_sub(radius), (x + radius).min(w - 1));
+            let (y0, y1) = (y.saturating_sub(radius), (y + radius).min(h - 1));
+            let mut sum = 0u32;
+            for yy in y0..=y1 {
+                for xx in x0..=x1 {
+                    sum += u32::from(bitmap.pixels[yy * w + xx]);
+                }
+            }
+            let count = ((x1 - x0 + 1) * (y1 - y0 + 1)) as u32;
+            out[y * w + x] = u8::try_from(sum / count).unwrap_or(255);
+        }
+    }
+    Bitmap {
+        width: w,
+        height: h,
+        pixels: out,
     }
 }
 
@@ -272,4 +302,3 @@ mod tests {
         assert!(text.ends_with("%%EOF\n"));
     }
 }
-

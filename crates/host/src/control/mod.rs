@@ -15,6 +15,7 @@
 
 pub mod admission;
 pub mod approver;
+mod ocr;
 mod runs;
 pub mod settings;
 pub mod tools;
@@ -47,6 +48,7 @@ use crate::agents::AgentRegistry;
 use crate::detached::{AgentEnv, RunEvents, RunManager};
 use crate::turn::TurnOptions;
 
+pub use ocr::OcrConfig;
 pub use runs::RunBridge;
 
 /// The agent-token variable DeepChat's CLI reads (`DEEPCHAT_CLI_AGENT_TOKEN`).
@@ -54,7 +56,8 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
-/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token). Never `sessions:run` (an
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), read the OCR runtime's status
+/// and extract text from its own artifacts (`ocr:read`, `ocr:extract`; never `ocr:manage`). Never `sessions:run` (an
 /// agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
@@ -64,6 +67,8 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ArtifactsManage,
     Scope::SettingsRead,
     Scope::SkillsRead,
+    Scope::OcrRead,
+    Scope::OcrExtract,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -85,6 +90,9 @@ pub struct ControlConfig {
     /// Background compute admission (model/media/OCR and agents' tool calls). Default
     /// [`admission::AdmissionLimits::default`].
     pub admission: admission::AdmissionLimits,
+    /// Offline OCR helpers and bounds. Default [`OcrConfig::default`] (`tesseract`, `pdftoppm`, `pdfinfo` on
+    /// `PATH`).
+    pub ocr: OcrConfig,
 }
 
 impl ControlConfig {
@@ -98,6 +106,7 @@ impl ControlConfig {
             approval_timeout: Duration::from_secs(120),
             app: None,
             admission: admission::AdmissionLimits::default(),
+            ocr: OcrConfig::default(),
         }
     }
 }
@@ -161,6 +170,8 @@ pub(crate) struct Inner {
     pub(crate) tool_env: std::collections::BTreeMap<String, String>,
     /// Background compute admission ([`admission`]).
     pub(crate) admission: admission::ComputeAdmission,
+    /// Offline OCR runtime and cache.
+    pub(crate) ocr: ocr::OcrService,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -256,6 +267,7 @@ impl ControlPlane {
             app,
             tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
             admission: admission::ComputeAdmission::new(config.admission.clone()),
+            ocr: ocr::OcrService::new(config.ocr.clone(), &config.data_dir),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -316,6 +328,11 @@ impl ControlPlane {
         &self.inner.admission
     }
 
+    /// The artifact spool (owned output artifacts; owners are `human` or `agent:<conversation id>`).
+    pub fn spool(&self) -> &ArtifactSpool {
+        &self.inner.spool
+    }
+
     /// The approval broker (attach the approvals console as a renderer).
     pub fn approvals(&self) -> &Approvals {
         &self.inner.approvals
@@ -333,6 +350,7 @@ impl ControlPlane {
     /// Shutdown, in the spec's order after the server stopped accepting: cancel live runs (bounded by `grace`),
     /// close event subscribers, cancel every approval, revoke every token, clear the spool.
     pub async fn shutdown(&self, grace: Duration) {
+        self.inner.ocr.close();
         let left = self.runs().shutdown(grace).await;
         if !left.is_empty() {
             tracing::warn!(
@@ -821,16 +839,20 @@ impl Service for ControlPlane {
 
     async fn upload(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         mut grant: Grant,
         request: UploadRequestEnvelope,
-        _file: UploadedFile,
+        file: UploadedFile,
     ) -> Result<Value, ErrorBody> {
+        let answer = match grant.method {
+            m if ocr::handles(m) => ocr::upload(self, ctx, &grant, request, file).await,
+            _ => Err(error(
+                ErrorCode::NotFound,
+                format!("{} takes no upload on this host", request.request().method),
+            )),
+        };
         self.end(&mut grant);
-        Err(error(
-            ErrorCode::NotFound,
-            format!("{} takes no upload on this host", request.request().method),
-        ))
+        answer
     }
 
     async fn download(
@@ -997,6 +1019,7 @@ impl ControlPlane {
                     values,
                 })
             }
+            m if ocr::handles(m) => ocr::dispatch(self, ctx, grant, p).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not served on /v1/rpc"),
