@@ -2,6 +2,7 @@
 //! images and PDFs the tests render, every benchmark classification, the cache, clear-cache policy, the upload
 //! bound and a missing engine.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -448,4 +449,51 @@ async fn clear_cache_is_refused_while_an_extraction_runs() {
     host.rpc(&host.human, "ocr.clearCache", json!({}))
         .await
         .expect("clear when idle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_extraction_stops_the_engine_and_the_runtime_is_ready_again() {
+    let gate_dir = tempfile::tempdir().expect("temp dir");
+    let (script, gate) = gated_engine(gate_dir.path()).await;
+    let host = host_with(|config, _| config.ocr.tesseract = script.into_os_string()).await;
+    let path = host.file("held.png", &png(&[LINE]));
+    let envelope = RequestEnvelope::new(
+        "req-held",
+        "ocr.extractUpload",
+        json!({"mimeType": "image/png"}),
+    );
+    let client = host.human.clone();
+    let extraction_task = tokio::spawn(async move {
+        client
+            .upload(&envelope, &path, ocr::MAX_INPUT_BYTES, WAIT)
+            .await
+    });
+    let wait_for = |wanted: ocr::ProcessState| {
+        let host = &host;
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                let state = host.status().await.process.map(|p| p.state);
+                if state == Some(wanted) {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never {wanted:?}: {state:?}"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    wait_for(ocr::ProcessState::Busy).await;
+    // The client goes away: the server cancels the request, which stops the helper's process group.
+    extraction_task.abort();
+    let _ = extraction_task.await;
+    wait_for(ocr::ProcessState::Ready).await;
+    // No process holds the gate open for reading any more: a non-blocking writer finds no reader (ENXIO).
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&gate);
+    assert!(opened.is_err(), "the gated engine is still running");
 }
