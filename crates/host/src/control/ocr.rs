@@ -1308,6 +1308,19 @@ mod tests {
         check("", "");
     }
 
+    proptest::proptest! {
+        /// Normalizing twice changes nothing, and bounded text never passes its bound.
+        #[test]
+        fn normalize_is_idempotent_and_bounds_hold(text in "(?s).{0,200}|[ \t\r\na\u{a0}\u{fb01}\u{200b}\u{7}]{0,60}", max in 0usize..64) {
+            let once = normalize(&text);
+            proptest::prop_assert_eq!(normalize(&once), once.clone());
+            let (kept, cut) = bound_text(&once, max);
+            proptest::prop_assert!(js_len(&kept) as usize <= max);
+            proptest::prop_assert_eq!(cut, js_len(&once) as usize > max);
+            proptest::prop_assert!(once.starts_with(&kept));
+        }
+    }
+
     #[test]
     fn tsv_lines_and_paragraphs_and_page_size() {
         let tsv = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext\n\
