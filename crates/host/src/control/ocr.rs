@@ -195,11 +195,21 @@ impl Drop for ActiveGuard<'_> {
 }
 
 impl OcrService {
+    /// The service for `data_dir`; work directories an earlier start left behind (`ocr-work/ocr-*`, a crash
+    /// mid-extraction) are removed, by their own name pattern only.
     pub(crate) fn new(config: OcrConfig, data_dir: &Path) -> OcrService {
+        let work_dir = data_dir.join("local-control").join("ocr-work");
+        if let Ok(entries) = std::fs::read_dir(&work_dir) {
+            for entry in entries.filter_map(Result::ok) {
+                if entry.file_name().to_string_lossy().starts_with("ocr-") {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
         OcrService {
             config,
             cache_dir: data_dir.join("ocr-cache"),
-            work_dir: data_dir.join("local-control").join("ocr-work"),
+            work_dir,
             state: Mutex::new(RuntimeState::default()),
             start: tokio::sync::Mutex::new(()),
         }
