@@ -114,6 +114,9 @@ impl AgentSource {
 pub struct AgentSpec {
     /// Name used with `--agent`.
     pub name: String,
+    /// Where it is defined: phrases launch errors in that place's terms (`agents.toml` fields or the
+    /// `AWP_AGENT_*` variables) wherever the launch is validated again (a turn, `--agent-arg`).
+    pub source: AgentSource,
     /// Protocol.
     pub protocol: AgentProtocol,
     /// Launch configuration (for ACP agents: executable, args, env; protocol unused).
@@ -180,6 +183,7 @@ impl std::fmt::Debug for AgentSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentSpec")
             .field("name", &self.name)
+            .field("source", &self.source)
             .field("protocol", &self.protocol)
             .field("launch", &self.launch)
             .field("max_line_bytes", &self.max_line_bytes)
@@ -285,26 +289,57 @@ impl ConfigError {
         }
     }
 
-    fn from_launch(err: &LaunchError, source: AgentSource) -> Self {
-        let mut message = err.to_string();
-        if source != AgentSource::Environment {
-            for (var, field) in [
-                (VAR_EXECUTABLE, "executable"),
-                (VAR_ARGS_JSON, "args"),
-                (VAR_ENV_JSON, "env"),
-                (VAR_DEFAULT_MODEL, "model"),
-                (VAR_REMOTE_API_OPT_IN, "remote_api_opt_in"),
-            ] {
-                message = message.replace(var, field);
-            }
-            // The file field is a bool.
-            message = message.replace("remote_api_opt_in=1", "remote_api_opt_in = true");
-        }
+    /// A launch rule's failure, phrased for where the agent is defined: the `AWP_AGENT_*` variables for
+    /// [`AgentSource::Environment`], the `agents.toml` fields (`args`, `env`, `remote_api_opt_in = true`, …)
+    /// otherwise. The code stays the launch rule's.
+    pub fn from_launch(err: &LaunchError, source: AgentSource) -> Self {
         ConfigError::Launch {
-            message,
+            message: in_source_terms(&err.to_string(), source),
             launch_code: err.code(),
         }
     }
+}
+
+/// How an agent defined in `source` is allowed non-loopback URLs in its arguments and env, as the end of a
+/// `remote_url_not_allowed` message.
+pub fn remote_opt_in_hint(source: AgentSource) -> &'static str {
+    match source {
+        AgentSource::Environment => "set AWP_AGENT_REMOTE_API_OPT_IN=1 to allow it",
+        AgentSource::ConfigFile => {
+            "set remote_api_opt_in = true on the agent in agents.toml to allow it"
+        }
+        AgentSource::Bundled => {
+            "the bundled agent cannot allow it: configure the agent in agents.toml with remote_api_opt_in = true"
+        }
+    }
+}
+
+/// `text` (a launch rule's message, in `AWP_AGENT_*` terms) rephrased for an agent defined in `source`: unchanged
+/// for [`AgentSource::Environment`]; with the `agents.toml` field names otherwise, and the remote-URL hint saying
+/// `remote_api_opt_in = true` in `agents.toml` (the bundled agent has no such switch: the hint says to configure
+/// it in `agents.toml`).
+pub fn in_source_terms(text: &str, source: AgentSource) -> String {
+    let mut message = text.to_owned();
+    if source == AgentSource::Environment {
+        return message;
+    }
+    message = message.replace(
+        "set AWP_AGENT_REMOTE_API_OPT_IN=1 to allow it",
+        remote_opt_in_hint(source),
+    );
+    {
+        for (var, field) in [
+            (VAR_EXECUTABLE, "executable"),
+            (VAR_ARGS_JSON, "args"),
+            (VAR_ENV_JSON, "env"),
+            (VAR_DEFAULT_MODEL, "model"),
+            (VAR_REMOTE_API_OPT_IN, "remote_api_opt_in"),
+        ] {
+            message = message.replace(var, field);
+        }
+        message = message.replace("remote_api_opt_in=1", "remote_api_opt_in = true");
+    }
+    message
 }
 
 /// One listed agent: what was configured and whether it can be used.
@@ -462,6 +497,7 @@ fn validated(
     let control_protocol = control_protocol_default(protocol, &launch.executable);
     Ok(AgentSpec {
         name: name.to_owned(),
+        source,
         protocol,
         launch,
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
@@ -1140,6 +1176,33 @@ args = ["--base", "https://api.example.com"]
         let remote = message("remote");
         assert!(remote.contains("remote_api_opt_in = true"), "{remote}");
         assert!(!remote.contains("AWP_AGENT"), "{remote}");
+    }
+
+    #[test]
+    fn launch_messages_are_phrased_for_where_the_agent_is_defined() {
+        let err = LaunchError::RemoteUrlInEnv {
+            name: "BASE".to_owned(),
+        };
+        let text = |source| ConfigError::from_launch(&err, source).to_string();
+        assert_eq!(
+            text(AgentSource::Environment),
+            "AWP_AGENT_CLI_ENV_JSON value of BASE holds a non-loopback URL; set AWP_AGENT_REMOTE_API_OPT_IN=1 to \
+             allow it"
+        );
+        assert_eq!(
+            text(AgentSource::ConfigFile),
+            "env value of BASE holds a non-loopback URL; set remote_api_opt_in = true on the agent in agents.toml \
+             to allow it"
+        );
+        let bundled = text(AgentSource::Bundled);
+        assert!(
+            bundled.contains("bundled agent cannot allow it") && !bundled.contains("AWP_AGENT"),
+            "{bundled}"
+        );
+        assert_eq!(
+            ConfigError::from_launch(&err, AgentSource::ConfigFile).code(),
+            "remote_url_not_allowed"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agentwire_awp::control::{self, ControlMessage};
 use agentwire_awp::{
-    AgentSession, ContentBlock, LaunchError, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
+    AgentSession, ContentBlock, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
@@ -256,9 +256,10 @@ pub enum TurnSetupError {
     Launch {
         /// The agent.
         agent: String,
-        /// The failed rule.
+        /// The failed rule, phrased for where the agent is defined ([`crate::agents::ConfigError::from_launch`]);
+        /// always [`crate::agents::ConfigError::Launch`].
         #[source]
-        source: LaunchError,
+        source: crate::agents::ConfigError,
     },
     /// The prompt is empty and there are no attachments.
     #[error("the prompt is empty")]
@@ -872,9 +873,9 @@ async fn run_turn_inner(
             .launch
             .plan(request.model.as_deref(), resume.as_ref(), None)
     }
-    .map_err(|source| TurnSetupError::Launch {
+    .map_err(|e| TurnSetupError::Launch {
         agent: agent.name.clone(),
-        source,
+        source: crate::agents::ConfigError::from_launch(&e, agent.source),
     })?;
     plan.args
         .extend(agent.extra_args().into_iter().map(str::to_owned));
