@@ -298,6 +298,32 @@ async fn attachments_are_bounded_and_typed() {
         out.stderr.contains("(attachment_unsupported_type)"),
         "{out:?}"
     );
+    // A FIFO nobody writes to is refused at once (it used to block the open forever).
+    let fifo = host.path("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--attach",
+            fifo.to_str().unwrap(),
+            "x",
+        ])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("is not a regular file (it is a FIFO) (attachment_not_a_file)"),
+        "{out:?}"
+    );
     // Nothing was stored for the rejected turns.
     assert_eq!(
         host.run(&["threads", "list", "--json"])
