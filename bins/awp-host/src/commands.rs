@@ -353,9 +353,9 @@ async fn chat(
     agent_token.revoke().await;
     let report = result.map_err(|e| {
         let exit = match &e {
-            TurnSetupError::Launch { .. } | TurnSetupError::ThreadCwdMissing { .. } => {
-                Exit::AgentUnavailable
-            }
+            TurnSetupError::Launch { .. }
+            | TurnSetupError::ThreadCwdMissing { .. }
+            | TurnSetupError::ThreadCwdReplaced { .. } => Exit::AgentUnavailable,
             TurnSetupError::ThreadAgentMismatch { .. }
             | TurnSetupError::EmptyPrompt
             | TurnSetupError::CwdNotUtf8(_) => Exit::Usage,
@@ -574,8 +574,16 @@ fn detail_text(d: &ThreadDetail) -> String {
         line(t.session_id.as_deref().unwrap_or("-")),
         line(&t.title),
         match t.cwd.as_deref() {
-            Some(dir) if Path::new(dir).is_dir() => line(dir),
-            Some(dir) => format!("{} (gone: the next turn will be refused)", line(dir)),
+            Some(dir) =>
+                match agentwire_host::turn::check_thread_cwd(&t.id, dir.into(), t.cwd_identity,) {
+                    Ok(_) => line(dir),
+                    Err(TurnSetupError::ThreadCwdReplaced { what, .. }) => format!(
+                        "{} ({}: the next turn will be refused)",
+                        line(dir),
+                        line(&what)
+                    ),
+                    Err(_) => format!("{} (gone: the next turn will be refused)", line(dir)),
+                },
             None => "- (not recorded: turns run in the current directory)".to_owned(),
         },
         format_ms(t.created_at_ms),
