@@ -95,14 +95,17 @@ pub enum StoreError {
     /// No thread has this id.
     #[error("thread {0} not found")]
     ThreadNotFound(ThreadId),
-    /// The thread has a live running run (its lock file is held by another turn): a second turn would resume the
-    /// same native session concurrently.
-    #[error("thread {thread} is busy: run {run} is still running")]
+    /// The thread has a live running run (its lock file is held by another turn, or the turn's host died and
+    /// left its agent running): a second turn would resume the same native session concurrently.
+    #[error("thread {thread} is busy: run {run} {}", busy_detail(*.orphan_agent_pid))]
     ThreadBusy {
         /// The thread.
         thread: ThreadId,
         /// Its live run.
         run: RunId,
+        /// When the run's host is gone but its agent still runs: the agent's pid (= its process group id,
+        /// `runs.agent_pid`). The message says how to end it. `None` while a live host holds the run.
+        orphan_agent_pid: Option<u32>,
     },
     /// No thread id starts with this prefix (see [`Store::resolve_thread`]).
     #[error("no thread id starts with {0}")]
@@ -514,12 +517,60 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<String, Store
     }
 }
 
+/// The end of [`StoreError::ThreadBusy`]'s message.
+fn busy_detail(orphan_agent_pid: Option<u32>) -> String {
+    match orphan_agent_pid {
+        None => "is still running".to_owned(),
+        Some(pid) => format!(
+            "was left running by an awp-host that exited, and its agent (pid {pid}, process group {pid}) still \
+             runs; end it with `kill -TERM -- -{pid}` (`kill -KILL -- -{pid}` if it stays) and the thread takes \
+             turns again"
+        ),
+    }
+}
+
+/// What keeps a `running` run alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunHolder {
+    /// Nothing: the run is orphaned (its host and agent are gone).
+    Nobody,
+    /// A live turn holds its lock file.
+    Host,
+    /// No host, but the agent process group (pid = pgid) recorded on the run has a live member.
+    OrphanAgent(i64),
+}
+
+impl RunHolder {
+    /// [`StoreError::ThreadBusy`] for `run` of `thread` held by this (`None` for [`RunHolder::Nobody`]).
+    pub(crate) fn busy(self, thread: ThreadId, run: RunId) -> Option<StoreError> {
+        let orphan_agent_pid = match self {
+            RunHolder::Nobody => return None,
+            RunHolder::Host => None,
+            RunHolder::OrphanAgent(pid) => u32::try_from(pid).ok(),
+        };
+        Some(StoreError::ThreadBusy {
+            thread,
+            run,
+            orphan_agent_pid,
+        })
+    }
+}
+
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed) and the
 /// agent process group recorded on the run (`runs.agent_pid`, see `Store::record_agent_pid`) has no live member:
 /// a host killed with its agent still running leaves the thread busy until that agent is gone.
 fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+    Ok(run_holder(conn, locks_dir, run)? == RunHolder::Nobody)
+}
+
+/// What keeps `run` alive ([`run_orphaned`] says whether anything does).
+pub(crate) fn run_holder(
+    conn: &Connection,
+    locks_dir: &Path,
+    run: &RunId,
+) -> Result<RunHolder, StoreError> {
     if !run_lock_free(locks_dir, run)? {
-        return Ok(false);
+        return Ok(RunHolder::Host);
     }
     let pid: Option<i64> = conn
         .query_row(
@@ -530,7 +581,10 @@ fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool
         .optional()
         .map_err(db("checking a run's agent"))?
         .flatten();
-    Ok(!pid.is_some_and(manage::agent_group_alive))
+    Ok(match pid {
+        Some(pid) if manage::agent_group_alive(pid) => RunHolder::OrphanAgent(pid),
+        _ => RunHolder::Nobody,
+    })
 }
 
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
@@ -946,8 +1000,10 @@ impl Store {
                 let Ok(other) = RunId::parse(&id) else {
                     continue;
                 };
-                if !run_orphaned(&tx, &locks_dir, &other)? {
-                    return Err(StoreError::ThreadBusy { thread, run: other });
+                if let Some(busy) =
+                    run_holder(&tx, &locks_dir, &other)?.busy(thread.clone(), other.clone())
+                {
+                    return Err(busy);
                 }
                 tx.execute(
                     "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'

@@ -5,7 +5,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Store, StoreError, ThreadRecord, db, now_ms, run_orphaned, to_u64};
+use super::{Store, StoreError, ThreadRecord, db, now_ms, run_holder, to_u64};
 use crate::ids::{RunId, ThreadId};
 
 /// Most candidates [`StoreError::ThreadAmbiguous`] lists (the count says how many match in all).
@@ -207,11 +207,8 @@ impl Store {
             let Ok(run) = RunId::parse(&run) else {
                 continue;
             };
-            if !run_orphaned(&tx, &locks_dir, &run)? {
-                return Err(StoreError::ThreadBusy {
-                    thread: id.clone(),
-                    run,
-                });
+            if let Some(busy) = run_holder(&tx, &locks_dir, &run)?.busy(id.clone(), run) {
+                return Err(busy);
             }
         }
         let count = |sql: &str| -> Result<u64, StoreError> {
