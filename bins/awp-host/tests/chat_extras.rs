@@ -68,6 +68,24 @@ async fn system_reaches_a_stream_json_agent_as_append_system_prompt() {
     let value = out.json();
     let text = value["text"].as_str().unwrap();
     assert!(text.contains("\"--append-system-prompt=-v\""), "{text}");
+    // Such a prompt needs no `=`: the value after --system is taken as is.
+    let spaced = host
+        .run(&[
+            "chat",
+            "--agent",
+            "claude",
+            "--system",
+            "-be terse",
+            "--json",
+            "argv",
+        ])
+        .await;
+    assert_eq!(spaced.code, 0, "{spaced:?}");
+    let text = spaced.json()["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("\"--append-system-prompt=-be terse\""),
+        "{text}"
+    );
     // Not stored: the next turn of the thread runs without it.
     let thread = value["thread_id"].as_str().unwrap().to_owned();
     let next = host
