@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -284,7 +284,7 @@ pub struct ThreadRecord {
     /// for threads created before schema 3 (their turns run where the host runs).
     pub cwd: Option<String>,
     /// The directory [`cwd`](Self::cwd) named when the thread was created: its `(device, inode)` (`stat` of the
-    /// path, links followed). `None` for a thread created before schema 5, or whose directory could not be
+    /// path, links followed). `None` for a thread created before schema 6, or whose directory could not be
     /// inspected then.
     pub cwd_identity: Option<(u64, u64)>,
     /// Status of the thread's latest run (by start time); `None` for a thread without runs.
@@ -735,15 +735,15 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )
         .map_err(db("migrating to schema 4"))?;
     }
-    if version < 5 {
+    if version < 6 {
         // Which directory a thread's `cwd` named when it was created (device and inode): a path that now leads
         // elsewhere (replaced by a link, or by another directory) is refused instead of moving the thread.
         tx.execute_batch(
             "ALTER TABLE threads ADD COLUMN cwd_dev INTEGER;
              ALTER TABLE threads ADD COLUMN cwd_ino INTEGER;
-             PRAGMA user_version = 5;",
+             PRAGMA user_version = 6;",
         )
-        .map_err(db("migrating to schema 5"))?;
+        .map_err(db("migrating to schema 6"))?;
     }
     tx.commit().map_err(db("migrating"))?;
     Ok(())

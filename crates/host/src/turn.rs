@@ -274,7 +274,7 @@ pub enum TurnSetupError {
         cwd: PathBuf,
     },
     /// The thread's recorded working directory now leads elsewhere: the path is a symbolic link now, or names
-    /// another directory (device and inode differ from those recorded with the thread, schema 5). The agent
+    /// another directory (device and inode differ from those recorded with the thread, schema 6). The agent
     /// would run somewhere else than the thread's earlier turns (and lose its per-directory session).
     #[error("thread {thread} runs in {}, which {what}; the agent would run somewhere else (restore the directory, or start a new thread)", .cwd.display())]
     ThreadCwdReplaced {
