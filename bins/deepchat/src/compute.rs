@@ -454,7 +454,10 @@ pub(crate) fn build_audio(verb: AudioVerb) -> Result<(Globals, Invocation, Timeo
                     method: "audio.transcribeUpload",
                     params: Value::Object(params),
                     stdin_field: None,
-                    operation: Operation::Upload { path: file },
+                    operation: Operation::Upload {
+                        path: file,
+                        max_bytes: media::AUDIO_TRANSCRIPTION_MAX_INPUT_BYTES,
+                    },
                 },
                 TimeoutClass::LongRunning,
             ))
@@ -573,24 +576,6 @@ pub(crate) async fn stream(
         return Err(failure);
     }
     outcome
-}
-
-/// Uploads `path` for `audio transcribe --file`.
-pub(crate) async fn upload(
-    client: &Client,
-    envelope: &RequestEnvelope,
-    path: &std::path::Path,
-    timeout: Duration,
-) -> Result<Value, Failure> {
-    client
-        .upload(
-            envelope,
-            path,
-            media::AUDIO_TRANSCRIPTION_MAX_INPUT_BYTES,
-            timeout,
-        )
-        .await
-        .map_err(Failure::from)
 }
 
 /// Whether [`render_result`] renders `method`.

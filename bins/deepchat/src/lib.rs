@@ -13,6 +13,7 @@
 pub mod command;
 mod compute;
 pub mod io;
+mod ocr;
 pub mod render;
 
 use std::future::Future;
@@ -22,7 +23,8 @@ use std::time::Duration;
 
 use agentwire_local_control::client::{Client, ClientError};
 use agentwire_local_control::contract::{
-    self, ContractError, Method, artifacts, cli, media, models, ours, runs, settings,
+    self, ContractError, Method, artifacts, cli, media, models, ocr as wire_ocr, ours, runs,
+    settings,
 };
 use agentwire_local_control::descriptor;
 use agentwire_local_control::envelope::{
@@ -42,6 +44,9 @@ pub struct Failure {
     pub message: String,
     /// Whether retrying may succeed.
     pub retriable: bool,
+    /// The server's machine-readable details, passed through to `--json`/`--jsonl` envelopes (e.g. an OCR
+    /// extraction's `benchmark` facts when the engine is unavailable).
+    pub details: Option<serde_json::Map<String, Value>>,
 }
 
 impl Failure {
@@ -51,6 +56,7 @@ impl Failure {
             code,
             message: message.into(),
             retriable: false,
+            details: None,
         }
     }
 
@@ -65,7 +71,11 @@ impl Failure {
     }
 
     fn body(&self) -> ErrorBody {
-        ErrorBody::new(self.code, self.message.clone()).retriable(self.retriable)
+        let body = ErrorBody::new(self.code, self.message.clone()).retriable(self.retriable);
+        match &self.details {
+            Some(details) => body.with_details(details.clone()),
+            None => body,
+        }
     }
 }
 
@@ -76,6 +86,7 @@ impl From<ClientError> for Failure {
                 code: error.code,
                 message: error.message,
                 retriable: error.retriable,
+                details: error.details,
             },
             other => {
                 let failure = Failure::new(other.code(), other.to_string());
@@ -265,6 +276,10 @@ macro_rules! by_method {
             "speech.generate" => $f::<media::SpeechGenerate>($value),
             "audio.transcribeUpload" => $f::<media::TranscribeUpload>($value),
             "audio.transcribeArtifact" => $f::<media::TranscribeArtifact>($value),
+            "ocr.getRuntimeStatus" => $f::<wire_ocr::GetRuntimeStatus>($value),
+            "ocr.clearCache" => $f::<wire_ocr::ClearCache>($value),
+            "ocr.extractUpload" => $f::<wire_ocr::ExtractUpload>($value),
+            "ocr.extractArtifact" => $f::<wire_ocr::ExtractArtifact>($value),
             _ => Err(ContractError::Shape {
                 detail: "no contract for this method".to_owned(),
             }),
@@ -352,10 +367,6 @@ async fn execute(
             compute::stream(&client, &envelope, timeout, mode, stdout).await?,
             None,
         ),
-        (Operation::Upload { path }, _) => (
-            compute::upload(&client, &envelope, path, timeout).await?,
-            None,
-        ),
         (_, Some((out, overwrite))) => {
             let (temp, file) = io::TempOutput::beside(&out, overwrite)?;
             let described = client.rpc(&envelope, timeout).await?;
@@ -373,6 +384,10 @@ async fn execute(
             temp.publish(&out, overwrite)?;
             (described, Some(out))
         }
+        (Operation::Upload { path, max_bytes }, _) => (
+            client.upload(&envelope, path, *max_bytes, timeout).await?,
+            None,
+        ),
         _ => (client.rpc(&envelope, timeout).await?, None),
     };
     let result = canonical_result(invocation.method, raw).map_err(bad_result)?;

@@ -507,6 +507,10 @@ mod tests {
                 denied_caller.clone(),
             ),
             ("audio.transcribeArtifact", Decision::Allow, Decision::Allow),
+            ("ocr.getRuntimeStatus", Decision::Allow, Decision::Allow),
+            ("ocr.extractUpload", Decision::Allow, denied_caller.clone()),
+            ("ocr.extractArtifact", Decision::Allow, Decision::Allow),
+            ("ocr.clearCache", Decision::Allow, denied_caller.clone()),
             // Unresolved (no bundle): the strictest row; the host resolves `mutates:` first.
             (
                 "tools.call",

@@ -20,6 +20,7 @@ use crate::caller::{Principal, Scope};
 use crate::policy::{self, EffectDecision, PolicyError};
 
 mod models;
+mod ocr;
 mod providers;
 
 /// What a method does, which decides the policy row. On the wire kebab-case, e.g. `"local-maintenance"`.
@@ -594,6 +595,7 @@ fn standard_specs() -> Vec<MethodSpec> {
     let mut specs = issue7_specs();
     specs.extend(providers::specs());
     specs.extend(models::specs());
+    specs.extend(ocr::specs());
     specs
 }
 
@@ -792,6 +794,7 @@ mod tests {
         assert_eq!(issue7_specs().len(), 21);
         assert_eq!(providers::specs().len(), 11);
         assert_eq!(models::specs().len(), 8);
+        assert_eq!(ocr::specs().len(), 4);
         assert_eq!(surface.specs().len(), standard_specs().len());
         assert_eq!(Surface::standard().specs().len(), standard_specs().len());
     }

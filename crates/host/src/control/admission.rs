@@ -785,6 +785,88 @@ mod tests {
         );
     }
 
+    /// One step of a random scenario: request (connection, conversation or human, domain, seconds later), start
+    /// the oldest queued ticket, or release the n-th live ticket.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Request(u8, Option<u8>, bool, u8),
+        TryStart(u8),
+        Release(u8),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..4, proptest::option::of(0u8..3), any::<bool>(), 0u8..30)
+                .prop_map(|(c, a, tool, dt)| Step::Request(c, a, tool, dt)),
+            (0u8..8).prop_map(Step::TryStart),
+            (0u8..8).prop_map(Step::Release),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Random request/start/release sequences keep every bound, and releasing everything leaves nothing
+        /// counted.
+        #[test]
+        fn random_sequences_keep_the_bounds(steps in proptest::collection::vec(step(), 0..80)) {
+            let limits = limits();
+            let mut core = Admission::new(limits.clone());
+            let mut now = Instant::now();
+            let mut live: Vec<(TicketId, ComputeRequest)> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Request(connection, conversation, tool, later) => {
+                        now += Duration::from_secs(u64::from(later));
+                        let domain = if tool { ComputeDomain::ToolCall } else { ComputeDomain::General };
+                        let request = match conversation {
+                            Some(t) => agent(&format!("c{connection}"), &format!("t{t}"), domain),
+                            None => {
+                                let mut request = human(&format!("c{connection}"));
+                                request.domain = domain;
+                                request
+                            }
+                        };
+                        if let Ok((ticket, _)) = core.request(request.clone(), now) {
+                            live.push((ticket, request));
+                        }
+                    }
+                    Step::TryStart(n) => {
+                        if let Some((ticket, _)) = live.get(usize::from(n) % live.len().max(1)) {
+                            core.try_start(*ticket);
+                        }
+                    }
+                    Step::Release(n) => {
+                        if !live.is_empty() {
+                            let (ticket, _) = live.remove(usize::from(n) % live.len());
+                            core.release(ticket);
+                        }
+                    }
+                }
+                for domain in [ComputeDomain::General, ComputeDomain::ToolCall] {
+                    proptest::prop_assert!(core.running(domain) <= limits.global_concurrency);
+                    proptest::prop_assert!(core.queued(domain) <= limits.max_queued);
+                    let held = live.iter().filter(|(_, r)| r.domain == domain).count();
+                    proptest::prop_assert_eq!(core.running(domain) + core.queued(domain), held);
+                    for connection in 0..4 {
+                        let id = format!("c{connection}");
+                        let n = live.iter().filter(|(_, r)| r.domain == domain && r.connection_id == id).count();
+                        proptest::prop_assert!(n <= limits.per_connection_concurrency);
+                    }
+                    for conversation in 0..3 {
+                        let id = Some(format!("t{conversation}"));
+                        let n = live.iter().filter(|(_, r)| r.domain == domain && r.agent_conversation == id).count();
+                        proptest::prop_assert!(n <= limits.agent_concurrency);
+                    }
+                }
+            }
+            for (ticket, _) in live.drain(..) {
+                core.release(ticket);
+            }
+            proptest::prop_assert!(core.connections.is_empty() && core.agents.is_empty());
+            proptest::prop_assert_eq!(core.running(ComputeDomain::General) + core.queued(ComputeDomain::General), 0);
+        }
+    }
+
     #[tokio::test]
     async fn a_queued_request_starts_when_a_slot_frees_and_reports_its_wait() {
         let admission = ComputeAdmission::new(AdmissionLimits {

@@ -16,6 +16,7 @@
 pub mod admission;
 pub mod approver;
 mod models;
+mod ocr;
 mod providers;
 mod runs;
 pub mod settings;
@@ -49,6 +50,7 @@ use crate::agents::AgentRegistry;
 use crate::detached::{AgentEnv, RunEvents, RunManager};
 use crate::turn::TurnOptions;
 
+pub use ocr::OcrConfig;
 pub use runs::RunBridge;
 
 /// The agent-token variable DeepChat's CLI reads (`DEEPCHAT_CLI_AGENT_TOKEN`).
@@ -58,9 +60,10 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
 /// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), list providers and models
 /// and read model configurations (`providers:read`, `models:read`; every provider/model mutation is human-only),
-/// and invoke models and generate or transcribe media through compute admission (`models:invoke`,
-/// `media:generate`, `audio:transcribe`; results are artifact ids and metadata, never bytes). Never
-/// `sessions:run` (an agent cannot start runs).
+/// invoke models and generate or transcribe media through compute admission (`models:invoke`, `media:generate`,
+/// `audio:transcribe`; results are artifact ids and metadata, never bytes), read the OCR runtime's status and
+/// extract text from its own artifacts (`ocr:read`, `ocr:extract`; never `ocr:manage`). Never `sessions:run` (an
+/// agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
     Scope::RunsRead,
@@ -74,6 +77,8 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::ModelsInvoke,
     Scope::MediaGenerate,
     Scope::AudioTranscribe,
+    Scope::OcrRead,
+    Scope::OcrExtract,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -98,6 +103,9 @@ pub struct ControlConfig {
     /// Bounds of every provider call of the compute methods (time, response bytes). Default
     /// [`agentwire_provider::Limits::default`].
     pub provider_limits: agentwire_provider::Limits,
+    /// Offline OCR helpers and bounds. Default [`OcrConfig::default`] (`tesseract`, `pdftoppm`, `pdfinfo` on
+    /// `PATH`).
+    pub ocr: OcrConfig,
 }
 
 impl ControlConfig {
@@ -112,6 +120,7 @@ impl ControlConfig {
             app: None,
             admission: admission::AdmissionLimits::default(),
             provider_limits: agentwire_provider::Limits::default(),
+            ocr: OcrConfig::default(),
         }
     }
 }
@@ -179,6 +188,8 @@ pub(crate) struct Inner {
     pub(crate) provider_limits: agentwire_provider::Limits,
     /// The compute methods' registry and provider clients ([`models`]).
     pub(crate) compute: models::ComputeState,
+    /// Offline OCR runtime and cache.
+    pub(crate) ocr: ocr::OcrService,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -276,6 +287,7 @@ impl ControlPlane {
             admission: admission::ComputeAdmission::new(config.admission.clone()),
             provider_limits: config.provider_limits.clone(),
             compute: models::ComputeState::default(),
+            ocr: ocr::OcrService::new(config.ocr.clone(), &config.data_dir),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -336,6 +348,11 @@ impl ControlPlane {
         &self.inner.admission
     }
 
+    /// The artifact spool (owned output artifacts; owners are `human` or `agent:<conversation id>`).
+    pub fn spool(&self) -> &ArtifactSpool {
+        &self.inner.spool
+    }
+
     /// The approval broker (attach the approvals console as a renderer).
     pub fn approvals(&self) -> &Approvals {
         &self.inner.approvals
@@ -353,6 +370,7 @@ impl ControlPlane {
     /// Shutdown, in the spec's order after the server stopped accepting: cancel live runs (bounded by `grace`),
     /// close event subscribers, cancel every approval, revoke every token, clear the spool.
     pub async fn shutdown(&self, grace: Duration) {
+        self.inner.ocr.close();
         let left = self.runs().shutdown(grace).await;
         if !left.is_empty() {
             tracing::warn!(
@@ -849,6 +867,7 @@ impl Service for ControlPlane {
     ) -> Result<Value, ErrorBody> {
         let answer = match grant.method {
             m if models::uploads(m) => models::upload(self, ctx, &grant, request, file).await,
+            m if ocr::handles(m) => ocr::upload(self, ctx, &grant, request, file).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} takes no upload on this host"),
@@ -1026,6 +1045,7 @@ impl ControlPlane {
                 })
             }
             m if providers::handles(m) => providers::dispatch(self, m, p).await,
+            m if ocr::handles(m) => ocr::dispatch(self, ctx, grant, p).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not served on /v1/rpc"),

@@ -20,6 +20,7 @@ pub mod cli;
 pub mod media;
 pub mod model_config;
 pub mod models;
+pub mod ocr;
 pub mod ours;
 pub mod providers;
 pub mod runs;
