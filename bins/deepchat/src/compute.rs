@@ -690,6 +690,57 @@ mod tests {
         );
     }
 
+    fn parse(line: &str) -> Result<crate::command::Parsed, String> {
+        let argv: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        crate::command::parse(&argv, &|_| None).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn compute_commands_parse_with_deepchat_usage_rules() {
+        use crate::command::Parsed;
+        let Ok(Parsed::Call {
+            invocation,
+            timeout,
+            ..
+        }) = parse("model invoke --prompt hi --max-tokens 5")
+        else {
+            panic!("model invoke parses");
+        };
+        assert_eq!(invocation.method, "models.invoke");
+        assert_eq!(invocation.operation, Operation::ComputeStream);
+        assert_eq!(timeout, crate::command::LONG_RUNNING_TIMEOUT);
+        assert_eq!(
+            invocation.params,
+            json!({"providerId":"builtin","modelId":"builtin-demo","prompt":"hi","maxTokens":5})
+        );
+        let Ok(Parsed::Call { invocation, .. }) = parse("audio transcribe --file talk.WAV") else {
+            panic!("transcribe parses");
+        };
+        assert_eq!(invocation.method, "audio.transcribeUpload");
+        assert_eq!(invocation.params["mimeType"], "audio/wav");
+        assert_eq!(invocation.params["filename"], "talk.WAV");
+        let Ok(Parsed::Call { invocation, .. }) =
+            parse("audio transcribe --artifact AbCdEfGhIjKlMnOpQrStUvWxYz012345")
+        else {
+            panic!("transcribe --artifact parses");
+        };
+        assert_eq!(invocation.method, "audio.transcribeArtifact");
+        for bad in [
+            "model invoke",
+            "model invoke --prompt x --stdin",
+            "model invoke --prompt x --temperature 2.5",
+            "model invoke --prompt x --max-tokens 0",
+            "model invoke --provider local --prompt x",
+            "audio transcribe",
+            "audio transcribe --file a.xyz",
+            "audio transcribe --file a.wav --artifact x",
+            "audio speak --text hi --speed 5",
+            "image generate --prompt x --quality hd",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn defaults_need_no_configuration_but_custom_providers_need_a_model() {
         assert_eq!(

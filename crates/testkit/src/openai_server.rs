@@ -110,6 +110,7 @@ pub struct RecordedRequest {
 #[derive(Debug, Default)]
 struct Shared {
     failure: Mutex<Option<Failure>>,
+    first_event_delay: Mutex<std::time::Duration>,
     requests: Mutex<Vec<RecordedRequest>>,
     video_polls: AtomicUsize,
     aborted: AtomicUsize,
@@ -164,6 +165,12 @@ impl OpenAiTestServer {
     /// Fails every following request this way (`None`: answer normally again).
     pub fn set_failure(&self, failure: Option<Failure>) {
         *lock(&self.shared.failure) = failure;
+    }
+
+    /// Waits this long between the chat response's head and its first event (a model's time to first token,
+    /// for benches; zero by default).
+    pub fn set_first_event_delay(&self, delay: std::time::Duration) {
+        *lock(&self.shared.first_event_delay) = delay;
     }
 
     /// Every request received so far, in arrival order.
@@ -428,6 +435,11 @@ async fn serve(mut stream: TcpStream, addr: SocketAddr, shared: &Shared) -> std:
             stream
                 .write_all(&head(200, "text/event-stream", None, ""))
                 .await?;
+            stream.flush().await?;
+            let delay = *lock(&shared.first_event_delay);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             for event in chat_events() {
                 stream.write_all(&event).await?;
                 stream.flush().await?;
