@@ -70,7 +70,8 @@ PROTOCOL:
             unsupported_content_block, empty_message, session_dir_unavailable, session_dir_insecure,
             session_store_failed, session_file_corrupt, session_id_unavailable, provider_unreachable,
             provider_timeout, provider_auth_failed, provider_rate_limited, provider_http_error,
-            provider_bad_response, provider_reply_too_long, provider_requested_unavailable_tool,
+            provider_bad_response, provider_reply_too_long, provider_response_too_large (one SSE event over
+            1 MiB), provider_requested_unavailable_tool,
             managed_tool_call_limit, managed_tool_round_limit. Upstream error text is never copied to stdout.
     stderr: diagnostics only.
 

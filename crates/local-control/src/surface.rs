@@ -302,7 +302,9 @@ pub struct Surface {
 impl Surface {
     /// The surface this host serves: DeepChat's CLI diagnostics, detached runs, run/event/artifact and public
     /// settings methods (issue 7), plus agentwire's own `threads.list`, `threads.get`,
-    /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`.
+    /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`; the provider/model
+    /// administration (`surface/providers.rs`), model and media compute (`surface/models.rs`) and OCR
+    /// (`surface/ocr.rs`) domains.
     pub fn standard() -> Surface {
         match Surface::from_specs(standard_specs()) {
             Ok(surface) => surface,
