@@ -80,6 +80,17 @@ pub enum Operation {
     },
 }
 
+/// How `--stdin` is read and placed (DeepChat `src/cli/run.ts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinFormat {
+    /// UTF-8 text as is, at most 4 MiB.
+    Text,
+    /// An API key: at most 64 KiB (`PROVIDER_CREDENTIAL_MAX_BYTES`), one trailing `\n` or `\r\n` dropped.
+    Credential,
+    /// A JSON object (`models.setPublicConfig`'s `config`), at most 4 MiB.
+    JsonObject,
+}
+
 /// One parsed command, ready to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
@@ -91,6 +102,8 @@ pub struct Invocation {
     pub params: Value,
     /// Params field that receives stdin (`--stdin`), if any.
     pub stdin_field: Option<&'static str>,
+    /// How stdin becomes that field's value.
+    pub stdin_format: StdinFormat,
     /// Transport.
     pub operation: Operation,
 }
@@ -150,11 +163,17 @@ enum Domain {
     /// Pending approvals (agentwire; read-only).
     #[command(subcommand, disable_help_subcommand = true)]
     Approval(ApprovalVerb),
+    /// Providers: list, test, add, update, credentials, remove.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Provider(crate::providers::ProviderVerb),
+    /// Model administration: enable, disable, public configuration.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Model(crate::providers::ModelAdminVerb),
 }
 
 /// Flags valid after every verb.
 #[derive(Debug, Args)]
-struct Globals {
+pub(crate) struct Globals {
     /// Print exactly one JSON response envelope.
     #[arg(long, conflicts_with = "jsonl")]
     json: bool,
@@ -378,7 +397,7 @@ enum ApprovalVerb {
 
 /// Top-level help (`deepchat help`).
 pub fn top_help() -> String {
-    [
+    let mut lines = vec![
         "Usage: deepchat <domain> <verb> [options]",
         "",
         "Commands:",
@@ -398,12 +417,15 @@ pub fn top_help() -> String {
         "  thread list          List threads",
         "  thread show          Show a thread and its messages",
         "  approval list        List pending approvals",
+    ];
+    lines.extend_from_slice(crate::providers::HELP_LINES);
+    lines.extend_from_slice(&[
         "",
         "Global flags (after the verb): --json | --jsonl, --timeout <ms>, --help",
         "Environment: DEEPCHAT_CLI_OUTPUT=text|json|jsonl, DEEPCHAT_CLI_TIMEOUT_MS=<ms>",
         "Exit codes: 0 ok, 2 usage, 3 unavailable, 4 auth, 5 approval, 6 domain, 7 timeout/cancel, 8 internal",
-    ]
-    .join("\n")
+    ]);
+    lines.join("\n")
 }
 
 fn parse_output_env(value: Option<&str>) -> Result<OutputMode, String> {
@@ -730,6 +752,8 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
             rpc("approval list", "approvals.listPending", json!({})),
             Standard,
         ),
+        Domain::Provider(verb) => crate::providers::provider(verb)?,
+        Domain::Model(verb) => crate::providers::model(verb)?,
     };
     let mode = if globals.json {
         OutputMode::Json
@@ -750,12 +774,13 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
     })
 }
 
-fn rpc(command: &'static str, method: &'static str, params: Value) -> Invocation {
+pub(crate) fn rpc(command: &'static str, method: &'static str, params: Value) -> Invocation {
     Invocation {
         command,
         method,
         params,
         stdin_field: None,
+        stdin_format: StdinFormat::Text,
         operation: Operation::Rpc,
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod command;
 pub mod io;
+mod providers;
 pub mod render;
 
 use std::future::Future;
@@ -21,7 +22,8 @@ use std::time::Duration;
 
 use agentwire_local_control::client::{Client, ClientError};
 use agentwire_local_control::contract::{
-    self, ContractError, Method, artifacts, cli, ours, runs, settings,
+    self, ContractError, Method, artifacts, cli, model_config, ours, providers as wire_providers,
+    runs, settings,
 };
 use agentwire_local_control::descriptor;
 use agentwire_local_control::envelope::{
@@ -256,6 +258,17 @@ macro_rules! by_method {
             "threads.list" => $f::<ours::ThreadsList>($value),
             "threads.get" => $f::<ours::ThreadsGet>($value),
             "approvals.listPending" => $f::<ours::ApprovalsListPending>($value),
+            "providers.listPublic" => $f::<wire_providers::ListPublic>($value),
+            "providers.testPublicConnection" => $f::<wire_providers::TestPublicConnection>($value),
+            "providers.addPublic" => $f::<wire_providers::AddPublic>($value),
+            "providers.updatePublic" => $f::<wire_providers::UpdatePublic>($value),
+            "providers.remove" => $f::<wire_providers::Remove>($value),
+            "providers.setCredential" => $f::<wire_providers::SetCredential>($value),
+            "models.listRuntime" => $f::<model_config::ListRuntime>($value),
+            "models.setStatus" => $f::<model_config::SetStatus>($value),
+            "models.getPublicConfig" => $f::<model_config::GetPublicConfig>($value),
+            "models.setPublicConfig" => $f::<model_config::SetPublicConfig>($value),
+            "models.resetConfig" => $f::<model_config::ResetConfig>($value),
             _ => Err(ContractError::Shape {
                 detail: "no contract for this method".to_owned(),
             }),
@@ -292,9 +305,39 @@ async fn execute(
 ) -> Result<Success, Failure> {
     let mut params = invocation.params.clone();
     if let Some(field) = invocation.stdin_field {
-        let text = io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?;
+        let value = match invocation.stdin_format {
+            command::StdinFormat::Text => {
+                Value::String(io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?)
+            }
+            command::StdinFormat::Credential => {
+                let text = io::read_bounded(stdin, io::MAX_CREDENTIAL_STDIN_BYTES).await?;
+                let key = text
+                    .strip_suffix("\r\n")
+                    .or_else(|| text.strip_suffix('\n'))
+                    .unwrap_or(&text);
+                Value::String(key.to_owned())
+            }
+            command::StdinFormat::JsonObject => {
+                let text = io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?;
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(object @ Value::Object(_)) => object,
+                    Ok(_) => {
+                        return Err(Failure::new(
+                            ErrorCode::InvalidRequest,
+                            "stdin must be a JSON object",
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(Failure::new(
+                            ErrorCode::InvalidRequest,
+                            "stdin must be valid JSON",
+                        ));
+                    }
+                }
+            }
+        };
         if let Value::Object(map) = &mut params {
-            map.insert(field.to_owned(), Value::String(text));
+            map.insert(field.to_owned(), value);
         }
     }
     let params = canonical_params(invocation.method, params).map_err(|e| {
