@@ -1,0 +1,553 @@
+//! Provider and model administration end to end: `awp-host serve` with the real `deepchat` binary, renderer
+//! approvals through the approver socket, agent tokens, the loopback OpenAI-compatible test server, agents that
+//! reference a host provider, and a planted API key searched for in every output and file.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agentwire_process::{Child, Command, StdoutItem, StopPlan};
+use agentwire_testkit::openai_server::{Failure, OpenAiTestServer};
+use serde_json::{Value, json};
+use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// Planted API key: must appear nowhere but the credential file.
+const PLANTED_KEY: &str = "sk-PLANTED-admin-key-6f1c2a";
+/// Planted upstream secret (the test server's 500 body and header): must appear nowhere.
+const UPSTREAM_SECRET: &str = "UPSTREAM-SECRET-9d7e";
+
+type Lines = tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>;
+
+/// A running `awp-host serve` with an approver connected to its approvals socket.
+struct Serve {
+    child: Child,
+    stdout: agentwire_process::Stdout,
+    approver: Option<(Lines, tokio::net::unix::OwnedWriteHalf)>,
+}
+
+async fn serve(host: &Host, with_approver: bool, env: &[(&str, &str)]) -> Serve {
+    let socket = host.path("approver.sock");
+    let socket_arg = socket.display().to_string();
+    let mut args = vec!["serve", "--console", "off"];
+    if with_approver {
+        args.extend(["--approvals-socket", socket_arg.as_str()]);
+    }
+    let mut child = host.spawn_with_env(&args, env);
+    let mut stdout = child.take_stdout().expect("stdout");
+    let line = read_until(&mut stdout, "\n").await;
+    assert!(line.contains("local control listening"), "{line}");
+    let approver = if with_approver {
+        let token = std::fs::read_to_string(format!("{socket_arg}.token")).expect("token");
+        let stream = tokio::net::UnixStream::connect(&socket)
+            .await
+            .expect("connect");
+        let (read, mut write) = stream.into_split();
+        let hello = format!("{}\n", json!({"type": "hello", "token": token}));
+        write.write_all(hello.as_bytes()).await.expect("hello");
+        let mut lines = BufReader::new(read).lines();
+        assert_eq!(next_line(&mut lines).await["type"], "ready");
+        Some((lines, write))
+    } else {
+        None
+    };
+    Serve {
+        child,
+        stdout,
+        approver,
+    }
+}
+
+async fn next_line(lines: &mut Lines) -> Value {
+    let line = tokio::time::timeout(RUN_TIMEOUT, lines.next_line())
+        .await
+        .expect("a line in time")
+        .expect("read")
+        .expect("not at EOF");
+    serde_json::from_str(&line).expect("json line")
+}
+
+impl Serve {
+    /// Waits for the next approval, checks its method, answers it; returns the approval line.
+    async fn decide(&mut self, method: &str, allow: bool) -> Value {
+        let (lines, write) = self.approver.as_mut().expect("approver");
+        // Notices of earlier decisions (`resolved`, `closed`) come first.
+        let approval = loop {
+            let line = next_line(lines).await;
+            if line["type"] == "approval" {
+                break line;
+            }
+        };
+        assert_eq!(approval["type"], "approval", "{approval}");
+        assert_eq!(approval["method"], method, "{approval}");
+        let decision = if allow { "allow" } else { "deny" };
+        let resolve = format!(
+            "{}\n",
+            json!({"type": "resolve", "id": approval["id"], "decision": decision})
+        );
+        write.write_all(resolve.as_bytes()).await.expect("resolve");
+        approval
+    }
+
+    /// SIGTERM and wait; returns the exit code, the rest of stdout and the stderr tail (the host's log).
+    async fn stop(self) -> Output {
+        let Serve {
+            child, mut stdout, ..
+        } = self;
+        let plan = StopPlan::new()
+            .stdin_grace(Duration::ZERO)
+            .term_grace(Duration::from_secs(30));
+        let read = async {
+            let mut bytes = Vec::new();
+            while let Some(item) = stdout.next().await {
+                if let StdoutItem::Bytes(b) = item {
+                    bytes.extend_from_slice(&b);
+                }
+            }
+            bytes
+        };
+        let (outcome, bytes) =
+            tokio::time::timeout(RUN_TIMEOUT, async { tokio::join!(child.stop(plan), read) })
+                .await
+                .expect("serve stops");
+        child.stderr_tail().finished().await;
+        let (tail, _) = child.stderr_tail().snapshot();
+        Output {
+            code: outcome.status.code_or_signal(),
+            stdout: String::from_utf8_lossy(&bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&tail).into_owned(),
+        }
+    }
+}
+
+fn deepchat_command(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
+    cmd.args(args)
+        .inherit_os_env()
+        .env("AWP_HOST_DATA_DIR", &host.data)
+        .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
+        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
+        .env_remove("DEEPCHAT_CLI_OUTPUT")
+        .env_remove("DEEPCHAT_CLI_TIMEOUT_MS")
+        .envs(env.iter().copied());
+    cmd
+}
+
+/// Runs `deepchat ARGS` with `stdin` written then closed; when `decision` is set, answers the approval of
+/// `method` meanwhile.
+async fn deepchat_full(
+    host: &Host,
+    serve: Option<&mut Serve>,
+    args: &[&str],
+    stdin: &[u8],
+    env: &[(&str, &str)],
+    decision: Option<(&str, bool)>,
+) -> Output {
+    let mut child = deepchat_command(host, args, env)
+        .spawn()
+        .expect("spawn deepchat");
+    let input = child.stdin();
+    let stdin = stdin.to_vec();
+    let writer = async move {
+        let _ = input.write_all(&stdin).await;
+        input.close().await;
+    };
+    let approve = async {
+        if let (Some(serve), Some((method, allow))) = (serve, decision) {
+            serve.decide(method, allow).await;
+        }
+    };
+    let (_, _, out) = tokio::join!(writer, approve, collect(&mut child));
+    out
+}
+
+async fn deepchat(host: &Host, args: &[&str]) -> Output {
+    deepchat_full(host, None, args, b"", &[], None).await
+}
+
+/// A mutation the approver allows.
+async fn allowed(
+    host: &Host,
+    serve: &mut Serve,
+    method: &str,
+    args: &[&str],
+    stdin: &[u8],
+) -> Output {
+    deepchat_full(host, Some(serve), args, stdin, &[], Some((method, true))).await
+}
+
+fn ok(out: &Output) -> Value {
+    assert_eq!(out.code, 0, "{out:?}");
+    let envelope = out.json();
+    assert_eq!(envelope["ok"], true, "{out:?}");
+    envelope["result"].clone()
+}
+
+fn failed(out: &Output, exit: i32, code: &str) -> Value {
+    assert_eq!(out.code, exit, "{out:?}");
+    let envelope = out.json();
+    assert_eq!(envelope["ok"], false, "{out:?}");
+    assert_eq!(envelope["error"]["code"], code, "{out:?}");
+    envelope["error"].clone()
+}
+
+/// Every file under `dir`, recursively.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.is_file() {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn add_args<'a>(name: &'a str, url: &'a str) -> Vec<&'a str> {
+    vec![
+        "provider",
+        "add",
+        "--name",
+        name,
+        "--api-type",
+        "openai",
+        "--base-url",
+        url,
+        "--json",
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_and_models_are_administered_with_approvals_and_the_key_appears_nowhere() {
+    let upstream = OpenAiTestServer::start().await.expect("test server");
+    let host = Host::new();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"llm\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{}\"\nprovider = \"local-llm\"\n",
+        agentwire_testkit::bin_path("awp-agent").display()
+    ));
+    let mut server = serve(&host, true, &[("AWP_HOST_LOG", "debug")]).await;
+    let mut outputs: Vec<Output> = Vec::new();
+
+    // The built-in provider is always there, with its models and no key.
+    let list = deepchat(&host, &["provider", "list", "--json"]).await;
+    let providers = ok(&list)["providers"].clone();
+    assert_eq!(providers[0]["id"], "builtin");
+    assert_eq!(providers[0]["storedCredentialConfigured"], false);
+    assert!(
+        providers[0]["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == "builtin-demo")
+    );
+    outputs.push(list);
+
+    // Add: an execution-config change, approved by the renderer; the approval shows no secret.
+    let base = upstream.base_url();
+    let add = allowed(
+        &host,
+        &mut server,
+        "providers.addPublic",
+        &add_args("local-llm", &base),
+        b"",
+    )
+    .await;
+    let provider = ok(&add)["provider"].clone();
+    assert_eq!(provider["custom"], true);
+    assert_eq!(provider["apiType"], "openai");
+    let id = provider["id"].as_str().unwrap().to_owned();
+    outputs.push(add);
+
+    // The key comes from stdin (a trailing newline is dropped); the approval display names provider and action only.
+    let mut child = deepchat_command(
+        &host,
+        &[
+            "provider",
+            "set-credential",
+            "--provider",
+            &id,
+            "--stdin",
+            "--json",
+        ],
+        &[],
+    )
+    .spawn()
+    .expect("spawn");
+    let input = child.stdin();
+    input
+        .write_all(format!("{PLANTED_KEY}\n").as_bytes())
+        .await
+        .expect("stdin");
+    input.close().await;
+    let approval = server.decide("providers.setCredential", true).await;
+    assert!(!approval.to_string().contains(PLANTED_KEY), "{approval}");
+    let set = collect(&mut child).await;
+    assert_eq!(ok(&set)["storedApiKeyConfigured"], true);
+    outputs.push(set);
+
+    // A model of a custom provider is added by enabling it; config get/set/reset.
+    let enable = allowed(
+        &host,
+        &mut server,
+        "models.setStatus",
+        &[
+            "model",
+            "enable",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+            "--json",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(ok(&enable)["enabled"], true);
+    outputs.push(enable);
+    let get = deepchat(
+        &host,
+        &[
+            "model",
+            "config-get",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(ok(&get)["config"]["isUserDefined"], false);
+    outputs.push(get);
+    let config = br#"{"maxTokens":1234,"contextLength":32000,"vision":false,"functionCall":true,"reasoning":false,"type":"chat","temperature":0.3}"#;
+    let set_config = allowed(
+        &host,
+        &mut server,
+        "models.setPublicConfig",
+        &[
+            "model",
+            "config-set",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+            "--stdin",
+            "--json",
+        ],
+        config,
+    )
+    .await;
+    let stored = ok(&set_config)["config"].clone();
+    assert_eq!(stored["maxTokens"], 1234);
+    assert_eq!(stored["isUserDefined"], true);
+    outputs.push(set_config);
+    let runtime = deepchat(
+        &host,
+        &[
+            "model",
+            "config-get",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+        ],
+    )
+    .await;
+    assert_eq!(runtime.code, 0, "{runtime:?}");
+    assert!(runtime.stdout.contains("maxTokens: 1234"), "{runtime:?}");
+    outputs.push(runtime);
+
+    // The list shows a stored key, never the key.
+    let list = deepchat(&host, &["provider", "list", "--json"]).await;
+    let listed = ok(&list)["providers"][1].clone();
+    assert_eq!(listed["id"], id.as_str());
+    assert_eq!(listed["storedCredentialConfigured"], true);
+    assert_eq!(listed["models"][0]["id"], "test-chat");
+    outputs.push(list);
+    let text = deepchat(&host, &["provider", "list"]).await;
+    assert!(text.stdout.contains("key=stored"), "{text:?}");
+    outputs.push(text);
+
+    // Connection test: the test server answers GET /v1/models with the key as bearer.
+    let test = deepchat(&host, &["provider", "test", "--provider", &id, "--json"]).await;
+    assert_eq!(ok(&test), json!({"isOk": true, "errorMsg": null}));
+    outputs.push(test);
+    let seen = upstream.requests();
+    let models = seen
+        .iter()
+        .find(|r| r.path == "/v1/models")
+        .expect("GET /v1/models");
+    assert_eq!(
+        models.authorization.as_deref(),
+        Some(format!("Bearer {PLANTED_KEY}").as_str())
+    );
+    // A 500 carrying a planted secret is a fixed failure message.
+    upstream.set_failure(Some(Failure::Status {
+        status: 500,
+        secret: UPSTREAM_SECRET.to_owned(),
+    }));
+    let test = deepchat(&host, &["provider", "test", "--provider", &id, "--json"]).await;
+    assert_eq!(
+        ok(&test),
+        json!({"isOk": false, "errorMsg": "Provider connection failed"})
+    );
+    outputs.push(test);
+    upstream.set_failure(None);
+
+    // The agent referencing the provider gets URL, model and key at launch: the upstream sees the bearer key.
+    let before = upstream.requests().len();
+    let run = deepchat(
+        &host,
+        &[
+            "agent",
+            "run",
+            "--agent",
+            "llm",
+            "--prompt",
+            "hello provider",
+            "--json",
+        ],
+    )
+    .await;
+    let run_id = ok(&run)["runId"].as_str().unwrap().to_owned();
+    outputs.push(run);
+    let watch = deepchat(&host, &["run", "watch", "--run", &run_id, "--jsonl"]).await;
+    assert_eq!(watch.code, 0, "{watch:?}");
+    outputs.push(watch);
+    let got = deepchat(&host, &["run", "get", "--run", &run_id, "--json"]).await;
+    let answer = ok(&got)["messages"][1]["text"].as_str().unwrap().to_owned();
+    assert!(answer.contains("Hello from the test server."), "{answer}");
+    outputs.push(got);
+    let chat = upstream
+        .requests()
+        .into_iter()
+        .skip(before)
+        .find(|r| r.path == "/v1/chat/completions")
+        .expect("the agent called the provider");
+    assert_eq!(
+        chat.authorization.as_deref(),
+        Some(format!("Bearer {PLANTED_KEY}").as_str())
+    );
+    let body: Value = serde_json::from_slice(&chat.body).expect("json body");
+    assert_eq!(body["model"], "test-chat");
+    for args in [
+        vec!["thread", "list", "--json"],
+        vec!["approval", "list", "--json"],
+        vec!["system", "capabilities", "--json"],
+    ] {
+        outputs.push(deepchat(&host, &args).await);
+    }
+    outputs.push(host.run(&["agents", "list", "--json"]).await);
+    outputs.push(host.run(&["agents", "list"]).await);
+    outputs.push(host.run(&["threads", "list", "--json"]).await);
+
+    // A destructive removal the renderer denies changes nothing (exit 5); approved, it removes models and key.
+    let denied = deepchat_full(
+        &host,
+        Some(&mut server),
+        &["provider", "remove", "--provider", &id, "--json"],
+        b"",
+        &[],
+        Some(("providers.remove", false)),
+    )
+    .await;
+    failed(&denied, 5, "approval_denied");
+    outputs.push(denied);
+    let clear = allowed(
+        &host,
+        &mut server,
+        "providers.setCredential",
+        &["provider", "clear-credential", "--provider", &id, "--json"],
+        b"",
+    )
+    .await;
+    assert_eq!(ok(&clear)["storedApiKeyConfigured"], false);
+    outputs.push(clear);
+    let reset = allowed(
+        &host,
+        &mut server,
+        "models.resetConfig",
+        &[
+            "model",
+            "config-reset",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+            "--json",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(ok(&reset), json!({"reset": true}));
+    outputs.push(reset);
+    let remove = allowed(
+        &host,
+        &mut server,
+        "providers.remove",
+        &["provider", "remove", "--provider", &id, "--json"],
+        b"",
+    )
+    .await;
+    assert_eq!(ok(&remove), json!({"removed": true}));
+    outputs.push(remove);
+    let gone = deepchat(
+        &host,
+        &[
+            "model",
+            "config-get",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+            "--json",
+        ],
+    )
+    .await;
+    failed(&gone, 6, "not_found");
+    outputs.push(gone);
+
+    let stopped = server.stop().await;
+    outputs.push(stopped);
+
+    // The planted key and the upstream secret appear in no output (stdout/stderr of every command, the host's
+    // debug log) and in no file of the data directory (store, WAL, audit log, spool, settings) except the
+    // credential file, which no longer holds it either after clear-credential.
+    for out in &outputs {
+        for secret in [PLANTED_KEY, UPSTREAM_SECRET] {
+            assert!(
+                !out.stdout.contains(secret) && !out.stderr.contains(secret),
+                "{secret} leaked: {out:?}"
+            );
+        }
+    }
+    let all = files(&host.data);
+    assert!(
+        all.iter().any(|p| p.ends_with("awp-host.sqlite3")),
+        "{all:?}"
+    );
+    assert!(
+        all.iter()
+            .any(|p| p.to_string_lossy().contains("/local-control/audit")),
+        "{all:?}"
+    );
+    for path in all {
+        let bytes = std::fs::read(&path).expect("read");
+        for secret in [PLANTED_KEY, UPSTREAM_SECRET] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} found in {}",
+                path.display()
+            );
+        }
+    }
+}
