@@ -551,3 +551,562 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
         }
     }
 }
+
+/// A human client of the running serve (for calls the CLI refuses before sending, and for agent tokens).
+fn client(host: &Host) -> agentwire_local_control::client::Client {
+    let descriptor = agentwire_local_control::descriptor::discover(&host.data).expect("descriptor");
+    agentwire_local_control::client::Client::from_descriptor(&descriptor, descriptor.token.clone())
+        .expect("client")
+}
+
+async fn rpc(
+    client: &agentwire_local_control::client::Client,
+    method: &str,
+    params: Value,
+) -> Result<Value, agentwire_local_control::envelope::ErrorBody> {
+    let envelope = agentwire_local_control::envelope::RequestEnvelope::new("req-1", method, params);
+    match client.rpc(&envelope, RUN_TIMEOUT).await {
+        Ok(value) => Ok(value),
+        Err(agentwire_local_control::client::ClientError::Remote { error, .. }) => Err(error),
+        Err(other) => panic!("transport failure: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_tokens_read_providers_and_models_and_every_mutation_is_refused() {
+    let host = Host::new();
+    host.agents_toml("");
+    let mut server = serve(&host, true, &[]).await;
+    let add = allowed(
+        &host,
+        &mut server,
+        "providers.addPublic",
+        &add_args("local", "http://127.0.0.1:9/v1"),
+        b"",
+    )
+    .await;
+    let id = ok(&add)["provider"]["id"].as_str().unwrap().to_owned();
+    let human = client(&host);
+    let issued = rpc(
+        &human,
+        "agentTokens.issue",
+        json!({"conversationId": "th_x"}),
+    )
+    .await
+    .expect("agent token");
+    let token = issued["token"].as_str().unwrap().to_owned();
+    let scopes = issued["scopes"].to_string();
+    assert!(
+        scopes.contains("providers:read") && scopes.contains("models:read"),
+        "{scopes}"
+    );
+    assert!(
+        !scopes.contains("providers:write") && !scopes.contains("providers:credential"),
+        "{scopes}"
+    );
+    let agent = [("DEEPCHAT_CLI_AGENT_TOKEN", token.as_str())];
+
+    // Reads are allowed.
+    let list = deepchat_full(
+        &host,
+        None,
+        &["provider", "list", "--json"],
+        b"",
+        &agent,
+        None,
+    )
+    .await;
+    assert_eq!(ok(&list)["providers"].as_array().unwrap().len(), 2);
+    let config = deepchat_full(
+        &host,
+        None,
+        &[
+            "model",
+            "config-get",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-demo",
+            "--json",
+        ],
+        b"",
+        &agent,
+        None,
+    )
+    .await;
+    assert_eq!(ok(&config)["config"]["type"], "chat");
+    let runtime = rpc_as(
+        &host,
+        &token,
+        "models.listRuntime",
+        json!({"providerId": "builtin"}),
+    )
+    .await;
+    assert!(
+        runtime.expect("listRuntime")["models"]
+            .as_array()
+            .unwrap()
+            .len()
+            >= 5
+    );
+
+    // Every mutation is refused before any approval is asked for (the approver sees nothing), and the
+    // connection test (compute that reaches a provider) is human-only.
+    let refused: Vec<Vec<&str>> = vec![
+        add_args("agent-added", "http://127.0.0.1:9/v1"),
+        vec![
+            "provider",
+            "update",
+            "--provider",
+            &id,
+            "--enabled",
+            "false",
+            "--json",
+        ],
+        vec!["provider", "clear-credential", "--provider", &id, "--json"],
+        vec!["provider", "remove", "--provider", &id, "--json"],
+        vec!["provider", "test", "--provider", &id, "--json"],
+        vec![
+            "model",
+            "enable",
+            "--provider",
+            &id,
+            "--model",
+            "m",
+            "--json",
+        ],
+        vec![
+            "model",
+            "disable",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-demo",
+            "--json",
+        ],
+        vec![
+            "model",
+            "config-reset",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-demo",
+            "--json",
+        ],
+    ];
+    for args in &refused {
+        let out = deepchat_full(&host, None, args, b"", &agent, None).await;
+        failed(&out, 4, "permission_denied");
+    }
+    let key = deepchat_full(
+        &host,
+        None,
+        &[
+            "provider",
+            "set-credential",
+            "--provider",
+            &id,
+            "--stdin",
+            "--json",
+        ],
+        b"sk-agent-key\n",
+        &agent,
+        None,
+    )
+    .await;
+    failed(&key, 4, "permission_denied");
+    let set = deepchat_full(
+        &host,
+        None,
+        &["model", "config-set", "--provider", "builtin", "--model", "builtin-demo", "--stdin", "--json"],
+        br#"{"maxTokens":1,"contextLength":1,"vision":false,"functionCall":false,"reasoning":false,"type":"chat"}"#,
+        &agent,
+        None,
+    )
+    .await;
+    failed(&set, 4, "permission_denied");
+    let pending = deepchat(&host, &["approval", "list", "--json"]).await;
+    assert_eq!(ok(&pending)["approvals"], json!([]));
+    let after = deepchat(&host, &["provider", "list", "--json"]).await;
+    let providers = ok(&after)["providers"].clone();
+    assert_eq!(providers.as_array().unwrap().len(), 2);
+    assert_eq!(providers[1]["enabled"], true);
+    assert_eq!(server.stop().await.code, 0);
+}
+
+/// `method` called with an agent token.
+async fn rpc_as(
+    host: &Host,
+    token: &str,
+    method: &str,
+    params: Value,
+) -> Result<Value, agentwire_local_control::envelope::ErrorBody> {
+    let descriptor = agentwire_local_control::descriptor::discover(&host.data).expect("descriptor");
+    let client = agentwire_local_control::client::Client::from_descriptor(
+        &descriptor,
+        agentwire_local_control::descriptor::Token::parse(token).expect("token shape"),
+    )
+    .expect("client");
+    rpc(&client, method, params).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_renderer_every_provider_mutation_fails_closed_at_once() {
+    let host = Host::new();
+    host.agents_toml("");
+    let server = serve(&host, false, &[]).await;
+    for args in [
+        add_args("x", "http://127.0.0.1:9/v1"),
+        vec!["provider", "remove", "--provider", "nope", "--json"],
+        vec![
+            "model",
+            "disable",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-demo",
+            "--json",
+        ],
+    ] {
+        let out = deepchat(&host, &args).await;
+        failed(&out, 5, "approval_denied");
+    }
+    // Reads need no renderer.
+    let list = deepchat(&host, &["provider", "list", "--json"]).await;
+    assert_eq!(ok(&list)["providers"].as_array().unwrap().len(), 1);
+    let test = deepchat(
+        &host,
+        &["provider", "test", "--provider", "builtin", "--json"],
+    )
+    .await;
+    assert_eq!(ok(&test)["isOk"], true);
+    let unknown = deepchat(&host, &["provider", "test", "--provider", "nope", "--json"]).await;
+    failed(&unknown, 6, "not_found");
+    assert_eq!(server.stop().await.code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
+    let host = Host::new();
+    host.agents_toml("");
+    let mut server = serve(&host, true, &[]).await;
+    let human = client(&host);
+
+    // Names: 256 characters pass, 257 are refused by the CLI before anything is sent.
+    let at = "n".repeat(256);
+    let past = "n".repeat(257);
+    let add = allowed(
+        &host,
+        &mut server,
+        "providers.addPublic",
+        &add_args(&at, "http://127.0.0.1:9/v1"),
+        b"",
+    )
+    .await;
+    let id = ok(&add)["provider"]["id"].as_str().unwrap().to_owned();
+    failed(
+        &deepchat(&host, &add_args(&past, "http://127.0.0.1:9/v1")).await,
+        2,
+        "invalid_request",
+    );
+
+    // URLs carrying credentials, queries or fragments, and other schemes, never leave the CLI; on the socket
+    // they are invalid_request too (the approval is asked first, as for every mutation).
+    for url in [
+        "https://user:secret@api.example.com/v1",
+        "https://api.example.com/v1?key=sk-1",
+        "https://api.example.com/v1#x",
+        "ftp://api.example.com",
+    ] {
+        failed(
+            &deepchat(&host, &add_args("u", url)).await,
+            2,
+            "invalid_request",
+        );
+        let params = json!({"name": "u", "apiType": "openai", "baseUrl": url});
+        let (answer, _) = tokio::join!(
+            rpc(&human, "providers.addPublic", params),
+            server.decide("providers.addPublic", true)
+        );
+        assert_eq!(answer.expect_err(url).code.as_str(), "invalid_request");
+    }
+    // Plain http to a remote host would never be called by the provider runtime: refused by the host.
+    let remote = allowed(
+        &host,
+        &mut server,
+        "providers.addPublic",
+        &add_args("r", "http://api.example.com/v1"),
+        b"",
+    )
+    .await;
+    failed(&remote, 2, "invalid_request");
+    // DeepChat adapters this host does not run.
+    let mut anthropic = add_args("a", "https://api.example.com/v1");
+    anthropic[5] = "anthropic";
+    failed(
+        &allowed(&host, &mut server, "providers.addPublic", &anthropic, b"").await,
+        2,
+        "invalid_request",
+    );
+    let mut unknown = add_args("a", "https://api.example.com/v1");
+    unknown[5] = "vertex";
+    failed(&deepchat(&host, &unknown).await, 2, "invalid_request");
+
+    // Keys: the CLI reads at most 64 KiB of stdin (DeepChat's PROVIDER_CREDENTIAL_MAX_BYTES); the provider
+    // runtime takes keys of at most 4096 bytes without whitespace. Each limit at its value and one past it.
+    let set_key = |key: Vec<u8>| {
+        let args = vec![
+            "provider",
+            "set-credential",
+            "--provider",
+            id.as_str(),
+            "--stdin",
+            "--json",
+        ];
+        (args, key)
+    };
+    let (args, key) = set_key(vec![b'k'; 4096]);
+    let out = allowed(&host, &mut server, "providers.setCredential", &args, &key).await;
+    assert_eq!(ok(&out)["storedApiKeyConfigured"], true);
+    let (args, key) = set_key(vec![b'k'; 4097]);
+    failed(
+        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        2,
+        "invalid_request",
+    );
+    let (args, key) = set_key(b"two words".to_vec());
+    failed(
+        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        2,
+        "invalid_request",
+    );
+    let (args, key) = set_key(vec![b'k'; 64 * 1024 + 1]);
+    failed(
+        &deepchat_full(&host, None, &args, &key, &[], None).await,
+        6,
+        "body_too_large",
+    );
+    // Exactly 64 KiB is within DeepChat's contract and reaches the host, whose key rule (4096 bytes) refuses it.
+    let (args, key) = set_key(vec![b'k'; 64 * 1024]);
+    failed(
+        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        2,
+        "invalid_request",
+    );
+    let (args, key) = set_key(b"   \n".to_vec());
+    failed(
+        &deepchat_full(&host, None, &args, &key, &[], None).await,
+        2,
+        "invalid_request",
+    );
+    failed(
+        &deepchat(
+            &host,
+            &["provider", "set-credential", "--provider", &id, "--json"],
+        )
+        .await,
+        2,
+        "invalid_request",
+    );
+    // The built-in provider takes no key.
+    let (_, key) = set_key(b"sk-x".to_vec());
+    let builtin = [
+        "provider",
+        "set-credential",
+        "--provider",
+        "builtin",
+        "--stdin",
+        "--json",
+    ];
+    failed(
+        &allowed(
+            &host,
+            &mut server,
+            "providers.setCredential",
+            &builtin,
+            &key,
+        )
+        .await,
+        6,
+        "conflict",
+    );
+
+    // Model configuration: unknown fields are refused by the CLI and by the host.
+    let config = json!({"maxTokens":10,"contextLength":10,"vision":false,"functionCall":false,"reasoning":false,"type":"chat"});
+    let mut extra = config.clone();
+    extra["apiKey"] = json!("sk-smuggled");
+    let config_set = [
+        "model",
+        "config-set",
+        "--provider",
+        "builtin",
+        "--model",
+        "builtin-demo",
+        "--stdin",
+        "--json",
+    ];
+    failed(
+        &deepchat_full(
+            &host,
+            None,
+            &config_set,
+            extra.to_string().as_bytes(),
+            &[],
+            None,
+        )
+        .await,
+        2,
+        "invalid_request",
+    );
+    let params = json!({"providerId": "builtin", "modelId": "builtin-demo", "config": extra});
+    let (answer, _) = tokio::join!(
+        rpc(&human, "models.setPublicConfig", params),
+        server.decide("models.setPublicConfig", true)
+    );
+    assert_eq!(
+        answer.expect_err("unknown field").code.as_str(),
+        "invalid_request"
+    );
+    failed(
+        &deepchat_full(&host, None, &config_set, b"[1]", &[], None).await,
+        2,
+        "invalid_request",
+    );
+    failed(
+        &deepchat_full(&host, None, &config_set, b"{", &[], None).await,
+        2,
+        "invalid_request",
+    );
+    let ok_set = allowed(
+        &host,
+        &mut server,
+        "models.setPublicConfig",
+        &config_set,
+        config.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(ok(&ok_set)["config"]["maxTokens"], 10);
+
+    // Unknown providers and models are not_found; the built-in provider cannot be removed or get a URL.
+    let missing = deepchat(
+        &host,
+        &[
+            "model",
+            "config-get",
+            "--provider",
+            "builtin",
+            "--model",
+            "nope",
+            "--json",
+        ],
+    )
+    .await;
+    failed(&missing, 6, "not_found");
+    let remove = allowed(
+        &host,
+        &mut server,
+        "providers.remove",
+        &["provider", "remove", "--provider", "builtin", "--json"],
+        b"",
+    )
+    .await;
+    failed(&remove, 6, "conflict");
+    let url = allowed(
+        &host,
+        &mut server,
+        "providers.updatePublic",
+        &[
+            "provider",
+            "update",
+            "--provider",
+            "builtin",
+            "--base-url",
+            "https://api.example.com",
+            "--json",
+        ],
+        b"",
+    )
+    .await;
+    failed(&url, 6, "conflict");
+    failed(
+        &deepchat(&host, &["provider", "update", "--provider", &id, "--json"]).await,
+        2,
+        "invalid_request",
+    );
+    assert_eq!(server.stop().await.code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_run() {
+    use agentwire_host::providers::{NewProvider, ProviderChange, ProviderRegistry};
+    let host = Host::new();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"llm\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{0}\"\nprovider = \"local-llm\"\n\
+         [[agents]]\nname = \"far\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{0}\"\nprovider = \"remote\"\n",
+        agentwire_testkit::bin_path("awp-agent").display()
+    ));
+    // Unknown provider.
+    let out = host.run(&["chat", "--agent", "llm", "hello"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("provider_not_found"), "{out:?}");
+    let mut registry = ProviderRegistry::open(&host.data).expect("registry");
+    let local = registry
+        .add(NewProvider {
+            name: "local-llm".to_owned(),
+            api_type: agentwire_local_control::contract::providers::ApiType::Openai,
+            base_url: "http://127.0.0.1:9/v1".to_owned(),
+            enabled: true,
+        })
+        .expect("add");
+    // No enabled model.
+    let out = host.run(&["chat", "--agent", "llm", "hello"]).await;
+    assert!(out.stderr.contains("no_enabled_model"), "{out:?}");
+    registry
+        .set_model_status(&local.id, "m1", true)
+        .expect("model");
+    registry
+        .update(
+            &local.id,
+            ProviderChange {
+                enabled: Some(false),
+                ..ProviderChange::default()
+            },
+        )
+        .expect("disable");
+    let out = host.run(&["chat", "--agent", "llm", "hello"]).await;
+    assert!(out.stderr.contains("provider_disabled"), "{out:?}");
+    // A remote provider needs remote_api_opt_in on the agent.
+    let remote = registry
+        .add(NewProvider {
+            name: "remote".to_owned(),
+            api_type: agentwire_local_control::contract::providers::ApiType::Openai,
+            base_url: "https://api.example.com/v1".to_owned(),
+            enabled: true,
+        })
+        .expect("add");
+    registry
+        .set_model_status(&remote.id, "m1", true)
+        .expect("model");
+    let out = host.run(&["chat", "--agent", "far", "hello"]).await;
+    assert!(out.stderr.contains("remote_url_not_allowed"), "{out:?}");
+    drop(registry);
+    let threads = host.run(&["threads", "list", "--json"]).await;
+    assert_eq!(threads.code, 0, "{threads:?}");
+    assert_eq!(
+        threads.json().as_array().map(Vec::len),
+        Some(0),
+        "{threads:?}"
+    );
+    // An entry may not set the variables its provider fills.
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"both\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{}\"\nprovider = \"local-llm\"\n\
+         env = {{ OPENAI_API_KEY = \"sk-x\" }}\n",
+        agentwire_testkit::bin_path("awp-agent").display()
+    ));
+    let out = host.run(&["agents", "list", "--json"]).await;
+    assert!(
+        out.stdout
+            .contains("provider and env.OPENAI_API_KEY conflict"),
+        "{out:?}"
+    );
+}
