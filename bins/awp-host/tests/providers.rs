@@ -253,14 +253,19 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
 
     // Add: an execution-config change, approved by the renderer; the approval shows no secret.
     let base = upstream.base_url();
-    let add = allowed(
-        &host,
-        &mut server,
-        "providers.addPublic",
-        &add_args("local-llm", &base),
-        b"",
-    )
-    .await;
+    let mut child = deepchat_command(&host, &add_args("local-llm", &base), &[])
+        .spawn()
+        .expect("spawn");
+    child.stdin().close().await;
+    let approval = server.decide("providers.addPublic", true).await;
+    // The renderer reviews what it approves (DeepChat's approvalDisplay): the base URL included.
+    assert_eq!(approval["display"]["operation"], "providers.addPublic");
+    assert_eq!(approval["display"]["effect"], "execution-config");
+    assert_eq!(
+        approval["display"]["summary"],
+        json!({"name": "local-llm", "apiType": "openai", "baseUrl": base, "enabled": true})
+    );
+    let add = collect(&mut child).await;
     let provider = ok(&add)["provider"].clone();
     assert_eq!(provider["custom"], true);
     assert_eq!(provider["apiType"], "openai");
@@ -449,6 +454,84 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     outputs.push(host.run(&["agents", "list", "--json"]).await);
     outputs.push(host.run(&["agents", "list"]).await);
     outputs.push(host.run(&["threads", "list", "--json"]).await);
+
+    // Updates: a rename is no endpoint change; a new base URL is (agents launched earlier keep the old one).
+    let rename = allowed(
+        &host,
+        &mut server,
+        "providers.updatePublic",
+        &[
+            "provider",
+            "update",
+            "--provider",
+            &id,
+            "--name",
+            "local-llm-2",
+            "--json",
+        ],
+        b"",
+    )
+    .await;
+    let renamed = ok(&rename);
+    assert_eq!(renamed["provider"]["name"], "local-llm-2");
+    assert_eq!(renamed["provider"]["storedCredentialConfigured"], true);
+    assert_eq!(renamed["requiresRebuild"], false);
+    outputs.push(rename);
+    let moved = allowed(
+        &host,
+        &mut server,
+        "providers.updatePublic",
+        &[
+            "provider",
+            "update",
+            "--provider",
+            &id,
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--enabled",
+            "false",
+            "--json",
+        ],
+        b"",
+    )
+    .await;
+    let moved_result = ok(&moved);
+    assert_eq!(moved_result["requiresRebuild"], true);
+    assert_eq!(moved_result["provider"]["enabled"], false);
+    outputs.push(moved);
+    // A disabled provider fails its connection test without calling anything.
+    let test = deepchat(&host, &["provider", "test", "--provider", &id, "--json"]).await;
+    assert_eq!(ok(&test)["isOk"], false);
+    outputs.push(test);
+    let disable = allowed(
+        &host,
+        &mut server,
+        "models.setStatus",
+        &[
+            "model",
+            "disable",
+            "--provider",
+            &id,
+            "--model",
+            "test-chat",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(disable.code, 0, "{disable:?}");
+    assert!(
+        disable.stdout.contains("test-chat: disabled"),
+        "{disable:?}"
+    );
+    outputs.push(disable);
+    let list = deepchat(&host, &["provider", "list", "--enabled-only", "--json"]).await;
+    let enabled_only = ok(&list)["providers"].clone();
+    assert_eq!(
+        enabled_only.as_array().map(Vec::len),
+        Some(1),
+        "{enabled_only}"
+    );
+    outputs.push(list);
 
     // A destructive removal the renderer denies changes nothing (exit 5); approved, it removes models and key.
     let denied = deepchat_full(
@@ -811,7 +894,7 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
     );
 
     // URLs carrying credentials, queries or fragments, and other schemes, never leave the CLI; on the socket
-    // they are invalid_request too (the approval is asked first, as for every mutation).
+    // they are invalid_request before an approval is asked for (the renderer never sees them).
     for url in [
         "https://user:secret@api.example.com/v1",
         "https://api.example.com/v1?key=sk-1",
@@ -824,30 +907,17 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
             "invalid_request",
         );
         let params = json!({"name": "u", "apiType": "openai", "baseUrl": url});
-        let (answer, _) = tokio::join!(
-            rpc(&human, "providers.addPublic", params),
-            server.decide("providers.addPublic", true)
-        );
+        let answer = rpc(&human, "providers.addPublic", params).await;
         assert_eq!(answer.expect_err(url).code.as_str(), "invalid_request");
     }
-    // Plain http to a remote host would never be called by the provider runtime: refused by the host.
-    let remote = allowed(
-        &host,
-        &mut server,
-        "providers.addPublic",
-        &add_args("r", "http://api.example.com/v1"),
-        b"",
-    )
-    .await;
+    // Plain http to a remote host would never be called by the provider runtime: refused by the host before an
+    // approval is asked for.
+    let remote = deepchat(&host, &add_args("r", "http://api.example.com/v1")).await;
     failed(&remote, 2, "invalid_request");
     // DeepChat adapters this host does not run.
     let mut anthropic = add_args("a", "https://api.example.com/v1");
     anthropic[5] = "anthropic";
-    failed(
-        &allowed(&host, &mut server, "providers.addPublic", &anthropic, b"").await,
-        2,
-        "invalid_request",
-    );
+    failed(&deepchat(&host, &anthropic).await, 2, "invalid_request");
     let mut unknown = add_args("a", "https://api.example.com/v1");
     unknown[5] = "vertex";
     failed(&deepchat(&host, &unknown).await, 2, "invalid_request");
@@ -870,13 +940,13 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
     assert_eq!(ok(&out)["storedApiKeyConfigured"], true);
     let (args, key) = set_key(vec![b'k'; 4097]);
     failed(
-        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        &deepchat_full(&host, None, &args, &key, &[], None).await,
         2,
         "invalid_request",
     );
     let (args, key) = set_key(b"two words".to_vec());
     failed(
-        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        &deepchat_full(&host, None, &args, &key, &[], None).await,
         2,
         "invalid_request",
     );
@@ -889,7 +959,7 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
     // Exactly 64 KiB is within DeepChat's contract and reaches the host, whose key rule (4096 bytes) refuses it.
     let (args, key) = set_key(vec![b'k'; 64 * 1024]);
     failed(
-        &allowed(&host, &mut server, "providers.setCredential", &args, &key).await,
+        &deepchat_full(&host, None, &args, &key, &[], None).await,
         2,
         "invalid_request",
     );
@@ -959,14 +1029,14 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         "invalid_request",
     );
     let params = json!({"providerId": "builtin", "modelId": "builtin-demo", "config": extra});
-    let (answer, _) = tokio::join!(
-        rpc(&human, "models.setPublicConfig", params),
-        server.decide("models.setPublicConfig", true)
-    );
+    let answer = rpc(&human, "models.setPublicConfig", params).await;
     assert_eq!(
         answer.expect_err("unknown field").code.as_str(),
         "invalid_request"
     );
+    // None of the refused requests ever reached the renderer.
+    let pending = deepchat(&host, &["approval", "list", "--json"]).await;
+    assert_eq!(ok(&pending)["approvals"], json!([]));
     failed(
         &deepchat_full(&host, None, &config_set, b"[1]", &[], None).await,
         2,

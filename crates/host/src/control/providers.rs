@@ -131,6 +131,65 @@ fn runtime_model(model: &ModelRecord) -> ModelSummary {
     }
 }
 
+/// The registry's adapter and URL rules ([`ProviderRegistry::add`]), applied before an approval is asked for.
+fn check_endpoint(
+    api_type: Option<wire::ApiType>,
+    base_url: Option<&str>,
+) -> Result<(), ErrorBody> {
+    if let Some(api_type) = api_type.filter(|t| !t.is_openai_compatible()) {
+        return Err(provider_error(
+            &ProviderError::UnsupportedApiType(api_type.as_str()),
+            "check provider",
+        ));
+    }
+    if base_url.is_some_and(|url| agentwire_provider::validate_base_url(url).is_err()) {
+        return Err(provider_error(
+            &ProviderError::InvalidBaseUrl,
+            "check provider",
+        ));
+    }
+    Ok(())
+}
+
+/// The renderer's view of a provider/model mutation, checked before an approval is asked for: `None` for a
+/// method of another module; `Some(Err)` when the params break their contract (or, for a key, the provider
+/// runtime's key rule), so the renderer is never asked to approve a request that cannot succeed; otherwise the
+/// display DeepChat's `approvalDisplay` gives (base URL and updates shown, a key never: its provider, action and
+/// kind only).
+pub(super) fn review(method: &str, p: &Value) -> Option<Result<Value, ErrorBody>> {
+    let p = p.clone();
+    let display = match method {
+        wire::AddPublic::NAME => params::<wire::AddPublic>(p).and_then(|a| {
+            check_endpoint(Some(a.api_type), Some(&a.base_url))?;
+            Ok(serde_json::json!({"name": a.name, "apiType": a.api_type, "baseUrl": a.base_url, "enabled": a.enabled}))
+        }),
+        wire::UpdatePublic::NAME => params::<wire::UpdatePublic>(p).and_then(|u| {
+            check_endpoint(u.updates.api_type, u.updates.base_url.as_deref())?;
+            Ok(serde_json::json!({"providerId": u.provider_id, "updates": u.updates}))
+        }),
+        wire::SetCredential::NAME => params::<wire::SetCredential>(p).and_then(|c| {
+            if let Some(value) = &c.value {
+                ApiKey::new(value).map_err(|e| {
+                    error(ErrorCode::InvalidRequest, format!("invalid credential: {e}"))
+                })?;
+            }
+            Ok(serde_json::json!({"providerId": c.provider_id, "action": c.action, "kind": c.kind}))
+        }),
+        wire::Remove::NAME => params::<wire::Remove>(p)
+            .map(|r| serde_json::json!({"providerId": r.provider_id})),
+        wire_models::SetStatus::NAME => params::<wire_models::SetStatus>(p).map(|s| {
+            serde_json::json!({"providerId": s.provider_id, "modelId": s.model_id, "enabled": s.enabled})
+        }),
+        wire_models::SetPublicConfig::NAME => params::<wire_models::SetPublicConfig>(p).map(|c| {
+            serde_json::json!({"providerId": c.provider_id, "modelId": c.model_id, "config": c.config})
+        }),
+        wire_models::ResetConfig::NAME => params::<wire_models::ResetConfig>(p)
+            .map(|r| serde_json::json!({"providerId": r.provider_id, "modelId": r.model_id})),
+        _ => return None,
+    };
+    Some(display)
+}
+
 /// Serves one of [`METHODS`].
 pub(super) async fn dispatch(
     plane: &ControlPlane,
