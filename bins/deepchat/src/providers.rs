@@ -450,3 +450,165 @@ pub(crate) fn render(method: &str, result: &Value) -> Option<String> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::command::{
+        DEFAULT_TIMEOUT, LONG_RUNNING_TIMEOUT, MUTATION_TIMEOUT, OutputMode, Parsed, StdinFormat,
+        parse,
+    };
+    use serde_json::json;
+
+    fn argv(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn check(line: &str, method: &str, params: serde_json::Value, timeout: std::time::Duration) {
+        match parse(&argv(line), &|_| None) {
+            Ok(Parsed::Call {
+                invocation,
+                mode,
+                timeout: got,
+            }) => {
+                assert_eq!(invocation.method, method, "{line}");
+                assert_eq!(invocation.params, params, "{line}");
+                assert_eq!(got, timeout, "{line}");
+                assert_eq!(mode, OutputMode::Json, "{line}");
+            }
+            other => panic!("{line}: {other:?}"),
+        }
+    }
+
+    fn usage(line: &str) -> String {
+        match parse(&argv(line), &|_| None) {
+            Err(e) => e.message,
+            other => panic!("{line}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn provider_commands_build_deepchat_params() {
+        check(
+            "provider list --json",
+            "providers.listPublic",
+            json!({"enabledOnly": false}),
+            DEFAULT_TIMEOUT,
+        );
+        check(
+            "provider list --enabled-only --json",
+            "providers.listPublic",
+            json!({"enabledOnly": true}),
+            DEFAULT_TIMEOUT,
+        );
+        check(
+            "provider test --provider p --model m --json",
+            "providers.testPublicConnection",
+            json!({"providerId": "p", "modelId": "m"}),
+            LONG_RUNNING_TIMEOUT,
+        );
+        check(
+            "provider add --name n --api-type openai --base-url http://127.0.0.1:1/v1 --enabled false --json",
+            "providers.addPublic",
+            json!({"name": "n", "apiType": "openai", "baseUrl": "http://127.0.0.1:1/v1", "enabled": false}),
+            MUTATION_TIMEOUT,
+        );
+        check(
+            "provider update --provider p --enabled true --json",
+            "providers.updatePublic",
+            json!({"providerId": "p", "updates": {"enabled": true}}),
+            MUTATION_TIMEOUT,
+        );
+        check(
+            "provider clear-credential --provider p --json",
+            "providers.setCredential",
+            json!({"providerId": "p", "action": "clear", "kind": "api-key"}),
+            MUTATION_TIMEOUT,
+        );
+        check(
+            "provider remove --provider p --json",
+            "providers.remove",
+            json!({"providerId": "p"}),
+            MUTATION_TIMEOUT,
+        );
+        check(
+            "model disable --provider p --model m --json",
+            "models.setStatus",
+            json!({"providerId": "p", "modelId": "m", "enabled": false}),
+            MUTATION_TIMEOUT,
+        );
+        check(
+            "model config-get --provider p --model m --json",
+            "models.getPublicConfig",
+            json!({"providerId": "p", "modelId": "m"}),
+            DEFAULT_TIMEOUT,
+        );
+        check(
+            "model config-reset --provider p --model m --json",
+            "models.resetConfig",
+            json!({"providerId": "p", "modelId": "m"}),
+            MUTATION_TIMEOUT,
+        );
+    }
+
+    #[test]
+    fn stdin_commands_say_how_stdin_is_read() {
+        for (line, field, format) in [
+            (
+                "provider set-credential --provider p --stdin",
+                "value",
+                StdinFormat::Credential,
+            ),
+            (
+                "model config-set --provider p --model m --stdin",
+                "config",
+                StdinFormat::JsonObject,
+            ),
+        ] {
+            match parse(&argv(line), &|_| None) {
+                Ok(Parsed::Call { invocation, .. }) => {
+                    assert_eq!(invocation.stdin_field, Some(field));
+                    assert_eq!(invocation.stdin_format, format);
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn usage_rules_follow_deepchat() {
+        assert!(usage("provider set-credential --provider p").contains("requires --stdin"));
+        assert!(usage("model config-set --provider p --model m").contains("requires --stdin"));
+        assert!(usage("provider update --provider p").contains("at least one update"));
+        assert!(usage("provider add --name n --api-type openai").contains("--base-url"));
+        assert!(
+            usage("provider add --name n --api-type openai --base-url u --enabled yes")
+                .contains("true or false")
+        );
+        assert!(usage("model enable --provider p").contains("--model"));
+        assert!(usage("provider test").contains("--provider"));
+        assert!(usage("provider list --provider p").contains("--provider"));
+    }
+
+    #[test]
+    fn human_text_never_invents_fields() {
+        let text = super::render(
+            "providers.listPublic",
+            &json!({"providers": [{"id": "p", "name": "n", "apiType": "openai", "enabled": true,
+                "custom": true, "storedCredentialConfigured": true,
+                "models": [{"id": "m", "enabled": false}]}]}),
+        )
+        .expect("rendered");
+        assert_eq!(
+            text,
+            "p  n  openai  enabled=yes  custom=yes  key=stored\n  m  enabled=no\n"
+        );
+        assert_eq!(
+            super::render(
+                "providers.testPublicConnection",
+                &json!({"isOk": true, "errorMsg": null})
+            ),
+            Some("Connection OK\n".to_owned())
+        );
+        assert!(super::render("cli.status", &json!({})).is_none());
+    }
+}
