@@ -630,6 +630,7 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "executable": e.executable.as_ref().map(|p| p.display().to_string()),
         "resolved_executable": e.resolved_executable.as_ref().map(|p| p.display().to_string()),
         "model": e.model,
+        "provider": e.status.as_ref().ok().and_then(|spec| spec.provider.clone()),
         "line": e.location.map(|(line, _)| line),
         "column": e.location.map(|(_, column)| column),
         "default": e.name == default,
@@ -676,7 +677,18 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
                 line(&e.name)
             ),
             line(e.protocol.as_deref().unwrap_or("-")),
-            line(e.model.as_deref().unwrap_or("-")),
+            line(&match (
+                e.model.as_deref(),
+                e.status
+                    .as_ref()
+                    .ok()
+                    .and_then(|spec| spec.provider.as_deref()),
+            ) {
+                (model, Some(provider)) => {
+                    format!("{} (provider {provider})", model.unwrap_or("-"))
+                }
+                (model, None) => model.unwrap_or("-").to_owned(),
+            }),
             line(&executable),
             line(&status),
         ]);

@@ -451,8 +451,12 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     ] {
         outputs.push(deepchat(&host, &args).await);
     }
-    outputs.push(host.run(&["agents", "list", "--json"]).await);
-    outputs.push(host.run(&["agents", "list"]).await);
+    let agents = host.run(&["agents", "list", "--json"]).await;
+    assert_eq!(agents.json()[0]["provider"], "local-llm", "{agents:?}");
+    outputs.push(agents);
+    let agents = host.run(&["agents", "list"]).await;
+    assert!(agents.stdout.contains("(provider local-llm)"), "{agents:?}");
+    outputs.push(agents);
     outputs.push(host.run(&["threads", "list", "--json"]).await);
 
     // Updates: a rename is no endpoint change; a new base URL is (agents launched earlier keep the old one).
