@@ -34,7 +34,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Task {
-    /// Installs missing OS tools the tests use (jq, uuidgen, tmux), then format check, clippy with -D warnings, and the
+    /// Installs missing OS tools the tests use (jq, uuidgen, tmux, tesseract with English data, poppler), then format check, clippy with -D warnings, and the
     /// whole test suite: exactly what CI runs.
     Ci,
     /// Run every benchmark (release build) and write the summary with ratios to docs/benchmarks.md.
@@ -128,22 +128,32 @@ fn run(root: &Path, mut cmd: Command) -> Result<()> {
 ///
 /// `jq` and `uuidgen` are what the Kandev seed's example `agent.sh` needs (agentctl's tests run it unmodified);
 /// `tmux` is the terminal awp-host's interactive-session tests type into (`bins/awp-host/tests/interactive.rs`);
-/// `file` identifies the built-in provider's PNG, WAV and AVI output (`crates/provider/tests/builtin.rs`).
-const OS_TOOLS: &[(&str, &str)] = &[
-    ("jq", "jq"),
-    ("uuidgen", "uuid-runtime"),
-    ("tmux", "tmux"),
-    ("file", "file"),
+/// `file` identifies the built-in provider's PNG, WAV and AVI output (`crates/provider/tests/builtin.rs`);
+/// `tesseract` (with its English language data) and poppler's `pdftoppm`/`pdfinfo` are the offline OCR engine the
+/// host runs (`crates/host/tests/control_ocr.rs`, `bins/awp-host/tests/serve_ocr.rs`).
+const OS_TOOLS: &[(&str, &[&str])] = &[
+    ("jq", &["jq"]),
+    ("uuidgen", &["uuid-runtime"]),
+    ("tmux", &["tmux"]),
+    ("file", &["file"]),
+    ("tesseract", &["tesseract-ocr", "tesseract-ocr-eng"]),
+    ("pdftoppm", &["poppler-utils"]),
+    ("pdfinfo", &["poppler-utils"]),
 ];
 
 /// Installs the Debian packages of the [`OS_TOOLS`] that are missing from `PATH`, with `apt-get` (as root, or through
 /// `sudo`). On a machine without `apt-get` it fails naming what to install.
 fn ensure_os_tools(root: &Path) -> Result<()> {
-    let missing: Vec<&str> = OS_TOOLS
+    let mut missing: Vec<&str> = OS_TOOLS
         .iter()
         .filter(|(tool, _)| !on_path(tool))
-        .map(|(_, package)| *package)
+        .flat_map(|(_, packages)| packages.iter().copied())
         .collect();
+    if on_path("tesseract") && !tesseract_has_english() {
+        missing.push("tesseract-ocr-eng");
+    }
+    missing.sort_unstable();
+    missing.dedup();
     if missing.is_empty() {
         return Ok(());
     }
@@ -173,6 +183,20 @@ fn ensure_os_tools(root: &Path) -> Result<()> {
     let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
     install.args(&missing);
     run(root, install)
+}
+
+/// Whether `tesseract --list-langs` lists `eng` (the language the OCR tests read).
+fn tesseract_has_english() -> bool {
+    Command::new("tesseract")
+        .arg("--list-langs")
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .skip(1)
+                .any(|line| line.trim() == "eng")
+        })
+        .unwrap_or(false)
 }
 
 /// Whether an executable named `tool` is in one of `PATH`'s directories.

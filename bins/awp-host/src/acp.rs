@@ -1,6 +1,7 @@
 //! ACP specifics of `awp-host`: how `chat` answers permission requests, and `check --protocol acp`.
 
-use std::io::{BufRead, IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use agentwire_acp::conformance::{CheckPlan, Outcome, run_check};
@@ -35,9 +36,11 @@ pub fn permissions(yes: bool) -> AcpPermissions {
         Box::pin(async move {
             let _turn = terminal.lock().await;
             let fallback = reject_outcome(&request.options);
-            match tokio::task::spawn_blocking(move || ask(&request)).await {
-                Ok(Some(outcome)) => outcome,
-                _ => fallback,
+            // Ctrl-C rejects at once (and cancels the turn); a cancelled turn drops this future, which ends the
+            // read as well.
+            match ask_terminal(question(&request)).await {
+                Answered::Line(line) => choice(&request.options, &line).unwrap_or(fallback),
+                Answered::Interrupted | Answered::Closed => fallback,
             }
         })
     })
@@ -58,9 +61,11 @@ pub fn tool_permissions(yes: bool) -> ToolPermissions {
         let terminal = terminal.clone();
         Box::pin(async move {
             let _turn = terminal.lock().await;
-            match tokio::task::spawn_blocking(move || ask_tool(&request)).await {
-                Ok(Some(answer)) => answer,
-                _ => PermissionAnswer::Deny(DENIED_BY_USER.to_owned()),
+            // Ctrl-C denies at once; the same signal cancels the turn, which sends Claude Code `interrupt`.
+            match ask_terminal(tool_question(&request)).await {
+                Answered::Line(line) => tool_choice(&line),
+                Answered::Interrupted => PermissionAnswer::Deny(INTERRUPTED_BY_USER.to_owned()),
+                Answered::Closed => PermissionAnswer::Deny(DENIED_BY_USER.to_owned()),
             }
         })
     })
@@ -68,6 +73,111 @@ pub fn tool_permissions(yes: bool) -> ToolPermissions {
 
 /// Message of a `can_use_tool` request the user did not allow.
 pub const DENIED_BY_USER: &str = "denied by the user in awp-host";
+
+/// Message of a `can_use_tool` request whose question the user answered with Ctrl-C.
+pub const INTERRUPTED_BY_USER: &str = "interrupted by the user (Ctrl-C) in awp-host";
+
+/// How a question on the terminal was answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Answered {
+    /// A line (without its newline; at most [`MAX_ANSWER_BYTES`] + 1 bytes of it kept, so that a longer one is
+    /// no valid answer).
+    Line(String),
+    /// Ctrl-C (SIGINT) while the question waited.
+    Interrupted,
+    /// stdin ended or failed, or stderr could not be written.
+    Closed,
+}
+
+/// Prints `question` on stderr and reads one answer line from stdin on a blocking thread, which waits in `poll`
+/// on stdin and on a wake-up pipe. Ctrl-C (SIGINT) ends the wait at once ([`Answered::Interrupted`]); so does
+/// dropping the future (the pipe's write end closes): no reader is left behind to take a line typed later (at
+/// the interactive session's prompt).
+async fn ask_terminal(question: String) -> Answered {
+    let Ok((wake_read, wake_write)) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+    else {
+        return Answered::Closed;
+    };
+    // Listening before the question is shown: a Ctrl-C right after it is seen.
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut reader = tokio::task::spawn_blocking(move || {
+        let mut err = std::io::stderr().lock();
+        if err
+            .write_all(question.as_bytes())
+            .and_then(|()| err.flush())
+            .is_err()
+        {
+            return Answered::Closed;
+        }
+        drop(err);
+        read_answer(&wake_read)
+    });
+    let interrupted = async {
+        match sigint.as_mut() {
+            Some(sigint) => {
+                sigint.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        read = &mut reader => read.unwrap_or(Answered::Closed),
+        () = interrupted => {
+            drop(wake_write);
+            // The reader sees the pipe close and returns at once.
+            let _ = reader.await;
+            eprintln!();
+            Answered::Interrupted
+        }
+    }
+}
+
+/// Reads one line from stdin (the terminal, in canonical mode: a read returns at most one line), returning
+/// [`Answered::Interrupted`] as soon as `wake` becomes readable or closed. Keeps at most [`MAX_ANSWER_BYTES`] + 1
+/// bytes; the rest of a longer line is read and dropped.
+fn read_answer(wake: &OwnedFd) -> Answered {
+    use rustix::event::{PollFd, PollFlags, poll};
+    let stdin = std::io::stdin();
+    let stdin = stdin.as_fd();
+    let keep = usize::try_from(MAX_ANSWER_BYTES)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    let mut line = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        let mut fds = [
+            PollFd::new(&stdin, PollFlags::IN),
+            PollFd::new(wake, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return Answered::Closed,
+        }
+        if !fds[1].revents().is_empty() {
+            return Answered::Interrupted;
+        }
+        if fds[0].revents().is_empty() {
+            continue;
+        }
+        let n = match rustix::io::read(stdin, &mut buf) {
+            Ok(0) if line.is_empty() => return Answered::Closed,
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
+            Err(_) => return Answered::Closed,
+        };
+        let chunk = buf.get(..n).unwrap_or_default();
+        let end = chunk.iter().position(|b| *b == b'\n');
+        let text = chunk.get(..end.unwrap_or(n)).unwrap_or_default();
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(text.get(..text.len().min(room)).unwrap_or_default());
+        if end.is_some() {
+            break;
+        }
+    }
+    Answered::Line(String::from_utf8_lossy(&line).into_owned())
+}
 
 /// The question for a `can_use_tool` request: tool name and input JSON, each cut to [`MAX_SHOWN_CHARS`] and
 /// escaped for the terminal like [`question`].
@@ -85,20 +195,6 @@ pub fn tool_choice(answer: &str) -> PermissionAnswer {
         "y" | "yes" => PermissionAnswer::Allow,
         _ => PermissionAnswer::Deny(DENIED_BY_USER.to_owned()),
     }
-}
-
-fn ask_tool(request: &ToolPermissionRequest) -> Option<PermissionAnswer> {
-    let mut err = std::io::stderr().lock();
-    err.write_all(tool_question(request).as_bytes()).ok()?;
-    err.flush().ok()?;
-    drop(err);
-    let mut line = String::new();
-    let read = std::io::stdin()
-        .lock()
-        .take(MAX_ANSWER_BYTES)
-        .read_line(&mut line)
-        .ok()?;
-    (read > 0).then(|| tool_choice(&line))
 }
 
 /// Most characters of one agent-supplied text (tool-call id, title, option name) shown in a permission question;
@@ -171,25 +267,6 @@ pub fn choice(options: &[PermissionOption], answer: &str) -> Option<RequestPermi
     Some(RequestPermissionOutcome::Selected(
         SelectedPermissionOutcome::new(option.option_id.clone()),
     ))
-}
-
-/// Asks on the terminal (blocking); `None` when stderr cannot be written or stdin gives no answer.
-fn ask(request: &RequestPermissionRequest) -> Option<RequestPermissionOutcome> {
-    let mut err = std::io::stderr().lock();
-    err.write_all(question(request).as_bytes()).ok()?;
-    err.flush().ok()?;
-    drop(err);
-    let mut line = String::new();
-    // A choice is a short number: at most this many bytes of the line are read.
-    let read = std::io::stdin()
-        .lock()
-        .take(MAX_ANSWER_BYTES)
-        .read_line(&mut line)
-        .ok()?;
-    if read == 0 {
-        return None;
-    }
-    choice(&request.options, &line)
 }
 
 /// `awp-host check --protocol acp -- CMD ARGS…` (or `--agent NAME` of an ACP agent): the ACP conformance report of

@@ -175,8 +175,9 @@ pub struct ChatArgs {
     pub model: Option<String>,
     /// A system prompt for this turn, at most 64 KiB: stream-json agents (Claude Code) get it as
     /// `--append-system-prompt`; awp-jsonl and ACP agents have no such option and refuse it
-    /// (system_prompt_unsupported; pass the agent's own flag with --agent-arg). Not stored: give it on each turn
-    #[arg(long, value_name = "PROMPT")]
+    /// (system_prompt_unsupported; pass the agent's own flag with --agent-arg). Not stored: give it on each turn.
+    /// A prompt starting with `-` is taken as is (`--system "-be terse"`)
+    #[arg(long, value_name = "PROMPT", allow_hyphen_values = true)]
     pub system: Option<String>,
     /// An extra argument for the agent's command line on this launch (repeatable, in order; at most 64, each
     /// 1 byte to 16 KiB), after its configured args and before --model/--resume

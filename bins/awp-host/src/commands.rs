@@ -280,13 +280,19 @@ async fn chat(
         };
         Failure::from_error(exit, e.code(), &e)
     })?;
+    use agentwire_host::launch_extras::LaunchExtrasError;
     let extras = agentwire_host::launch_extras::LaunchExtras {
         system_prompt: args.system.clone(),
         agent_args: args.agent_args.clone(),
     };
-    let agent = &extras
-        .apply(agent)
-        .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+    let agent = &extras.apply(agent).map_err(|e| {
+        // A remote URL breaks the agent's launch rules, as in its configured args.
+        let exit = match e {
+            LaunchExtrasError::RemoteUrl { .. } => Exit::AgentUnavailable,
+            _ => Exit::Usage,
+        };
+        Failure::from_error(exit, e.code(), &e)
+    })?;
     let cwd = chat_cwd(args.cwd.as_deref())?;
     let options = TurnOptions {
         idle_timeout: args.idle_timeout,
@@ -349,7 +355,8 @@ async fn chat(
         let exit = match &e {
             TurnSetupError::Launch { .. }
             | TurnSetupError::ThreadCwdMissing { .. }
-            | TurnSetupError::Provider { .. } => Exit::AgentUnavailable,
+            | TurnSetupError::Provider { .. }
+            | TurnSetupError::ThreadCwdReplaced { .. } => Exit::AgentUnavailable,
             TurnSetupError::ThreadAgentMismatch { .. }
             | TurnSetupError::EmptyPrompt
             | TurnSetupError::CwdNotUtf8(_) => Exit::Usage,
@@ -568,8 +575,16 @@ fn detail_text(d: &ThreadDetail) -> String {
         line(t.session_id.as_deref().unwrap_or("-")),
         line(&t.title),
         match t.cwd.as_deref() {
-            Some(dir) if Path::new(dir).is_dir() => line(dir),
-            Some(dir) => format!("{} (gone: the next turn will be refused)", line(dir)),
+            Some(dir) =>
+                match agentwire_host::turn::check_thread_cwd(&t.id, dir.into(), t.cwd_identity,) {
+                    Ok(_) => line(dir),
+                    Err(TurnSetupError::ThreadCwdReplaced { what, .. }) => format!(
+                        "{} ({}: the next turn will be refused)",
+                        line(dir),
+                        line(&what)
+                    ),
+                    Err(_) => format!("{} (gone: the next turn will be refused)", line(dir)),
+                },
             None => "- (not recorded: turns run in the current directory)".to_owned(),
         },
         format_ms(t.created_at_ms),
@@ -725,7 +740,7 @@ fn command_line_terms(evidence: &str) -> String {
 /// ACP engine.
 async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failure> {
     use agentwire_awp::conformance::{CheckPlan, Outcome, run_check};
-    let (mut launch, is_acp, max_line_bytes) = match &args.agent {
+    let (mut launch, is_acp, named) = match &args.agent {
         Some(name) => {
             let registry = load_agents(config_dir)?;
             let agent = registry.resolve(Some(name)).map_err(|e| {
@@ -750,7 +765,7 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             (
                 launch,
                 agent.protocol == agentwire_host::agents::AgentProtocol::Acp,
-                Some(agent.max_line_bytes),
+                Some((agent.max_line_bytes, agent.source)),
             )
         }
         None => {
@@ -782,6 +797,7 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             (launch, is_acp, None)
         }
     };
+    let (max_line_bytes, source) = (named.map(|n| n.0), named.map(|n| n.1));
     launch.env.extend(args.env.iter().cloned());
     if is_acp {
         return crate::acp::check(&launch, args.timeout, max_line_bytes, args.json).await;
@@ -797,7 +813,12 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
     let mut report = run_check(plan).await;
     for rule in &mut report.rules {
         if let Outcome::Fail { evidence } = &mut rule.outcome {
-            *evidence = command_line_terms(evidence);
+            // Phrased for where the agent is defined: its agents.toml fields (`--remote-api-opt-in` does
+            // not apply to `--agent`), or the command line.
+            *evidence = match source {
+                Some(source) => agentwire_host::agents::in_source_terms(evidence, source),
+                None => command_line_terms(evidence),
+            };
         }
     }
     if args.json {

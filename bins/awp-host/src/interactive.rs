@@ -5,7 +5,8 @@
 //! stdin, recorded in the store exactly like a `chat` turn. Ctrl-C while a turn runs cancels it (Claude Code with
 //! the control protocol gets an `interrupt` and keeps its process; otherwise the stop ladder ends the process and
 //! the next turn starts a new one that resumes the session, and the user is told); a second
-//! Ctrl-C kills the agent's process group at once. Ctrl-C at the prompt clears the line; Ctrl-D (or `/exit`)
+//! Ctrl-C kills the agent's process group at once. Ctrl-C at a permission question denies (rejects) it at once and
+//! cancels the turn (`crate::acp`). Ctrl-C at the prompt clears the line; Ctrl-D (or `/exit`)
 //! ends the session and stops the agent. `/thread` prints the thread, session and last run ids; `/new` starts a
 //! new thread (and a new agent process).
 

@@ -112,6 +112,41 @@ fn clap_message(error: &clap::Error) -> String {
     }
 }
 
+/// clap's rendered error split for the human form: the message (as [`clap_message`], without its `tip:` lines)
+/// and the lines to print after it (the `tip:` lines, then the `Usage:` block and `For more information…`).
+fn clap_human(error: &clap::Error) -> (String, String) {
+    let text = error.render().to_string();
+    let mut message = Vec::new();
+    let mut tips = Vec::new();
+    let mut rest = Vec::new();
+    for line in text.lines() {
+        if !rest.is_empty() || line.starts_with("Usage:") || line.starts_with("For more") {
+            rest.push(line);
+        } else if line.trim_start().starts_with("tip:") {
+            tips.push(line);
+        } else if !line.trim().is_empty() {
+            message.push(line.trim());
+        }
+    }
+    let message = message.join(" ");
+    let message = message.trim_start_matches("error: ");
+    let message = if message.is_empty() {
+        "invalid arguments"
+    } else {
+        message
+    };
+    let mut after = String::new();
+    for block in [tips.join("\n"), rest.join("\n")] {
+        let block = block.trim_end();
+        if !block.is_empty() {
+            after.push('\n');
+            after.push_str(block);
+            after.push('\n');
+        }
+    }
+    (message.to_owned(), after)
+}
+
 /// Prints a failure: the JSON object on stdout when `json` (unless it was printed already, or stdout is the
 /// thing that broke), and always `awp-host: error: <message> (<code>)` on stderr.
 fn report(failure: &Failure, json: bool) {
@@ -155,6 +190,21 @@ fn main() -> ExitCode {
                 &Failure::new(Exit::Usage, clap_code(e.kind()), clap_message(&e)),
                 true,
             );
+            return Exit::Usage.into();
+        }
+        // Usage errors read like every other error: `awp-host: error: <message> (<code>)`, then clap's tips and
+        // usage lines; the exit code stays clap's 2 (= Exit::Usage). Help and version (and help shown for a
+        // missing subcommand) are clap's own.
+        Err(e)
+            if e.use_stderr()
+                && e.kind() != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            let (message, after) = clap_human(&e);
+            report(
+                &Failure::new(Exit::Usage, clap_code(e.kind()), message),
+                false,
+            );
+            eprint!("{after}");
             return Exit::Usage.into();
         }
         Err(e) => e.exit(),

@@ -82,18 +82,36 @@ async fn agents_toml_errors_give_line_and_column() {
         );
         assert!(out.stderr.contains("(config_invalid)"), "{out:?}");
     }
-    // A bad entry: where it starts, in `agents list` and when chat picks it.
+    // A bad field of an entry: where its value is, in `agents list` and when chat picks it.
     host.agents_toml(
         "default = \"fx\"\n\n[[agents]]\nname = \"fx\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
-         \n[[agents]]\nname = \"bad\"\nprotocol = \"nope\"\nexecutable = \"$FIXTURE\"\n",
+         \n[[agents]]\nname = \"bad\"\nprotocol = \"nope\"\nexecutable = \"$FIXTURE\"\n\
+         \n[[agents]]\nname = \"typed\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n\
+         first_output_timeout_secs = \"x\"\n",
     );
     let out = host.run(&["chat", "--agent", "bad", "hi"]).await;
     assert_eq!(out.code, 3, "{out:?}");
     assert!(
         out.stderr
-            .contains("agent `bad` (agents.toml:8:1) is unusable: unknown protocol"),
+            .contains("agent `bad` (agents.toml:10:12) is unusable: unknown protocol"),
         "{out:?}"
     );
+    // A value of the wrong type: toml's position of that value, not the entry's start (line 13).
+    let out = host.run(&["chat", "--agent", "typed", "hi"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("agent `typed` (agents.toml:17:29) is unusable: invalid entry"),
+        "{out:?}"
+    );
+    let list = host.run(&["agents", "list", "--json"]).await.json();
+    let typed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "typed")
+        .unwrap();
+    assert_eq!((&typed["line"], &typed["column"]), (&17.into(), &29.into()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -298,6 +298,32 @@ async fn attachments_are_bounded_and_typed() {
         out.stderr.contains("(attachment_unsupported_type)"),
         "{out:?}"
     );
+    // A FIFO nobody writes to is refused at once (it used to block the open forever).
+    let fifo = host.path("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "fx",
+            "--attach",
+            fifo.to_str().unwrap(),
+            "x",
+        ])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("is not a regular file (it is a FIFO) (attachment_not_a_file)"),
+        "{out:?}"
+    );
     // Nothing was stored for the rejected turns.
     assert_eq!(
         host.run(&["threads", "list", "--json"])
@@ -531,6 +557,72 @@ async fn threads_remember_where_they_run() {
     assert_eq!(host.thread(&thread).await["thread"]["run_count"], 2);
     let shown = host.run(&["threads", "show", &thread]).await;
     assert!(shown.stdout.contains("(gone"), "{shown:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_whose_directory_now_leads_elsewhere_is_refused() {
+    let host = Host::new();
+    host.fixture_agent("fx", "normal", "awp-jsonl");
+    let project = host.path("project");
+    let other = host.path("other");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let project = std::fs::canonicalize(&project).unwrap();
+    let first = host
+        .run_in(&project, &["chat", "--agent", "fx", "--json", "pwd"])
+        .await;
+    assert_eq!(first.code, 0, "{first:?}");
+    let thread = thread_id(&first);
+    // 1. The directory replaced by a link to another one: the agent would run there.
+    let kept = host.path("project.kept");
+    std::fs::rename(&project, &kept).unwrap();
+    std::os::unix::fs::symlink(&other, &project).unwrap();
+    let linked = host
+        .run_in(&other, &["chat", "--thread", &thread, "--json", "pwd"])
+        .await;
+    assert_eq!(linked.code, 3, "{linked:?}");
+    assert_eq!(linked.json()["error"]["code"], "thread_cwd_replaced");
+    let message = linked.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(&format!("is now a symbolic link to {}", other.display())),
+        "{message}"
+    );
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown.stdout.contains("(is now a symbolic link to"),
+        "{shown:?}"
+    );
+    // 2. Replaced by another directory of the same name (a different inode).
+    std::fs::remove_file(&project).unwrap();
+    std::fs::create_dir(&project).unwrap();
+    let other_dir = host
+        .run_in(&other, &["chat", "--thread", &thread, "--json", "pwd"])
+        .await;
+    assert_eq!(other_dir.code, 3, "{other_dir:?}");
+    let error = &other_dir.json()["error"];
+    assert_eq!(error["code"], "thread_cwd_replaced");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("is now another directory than when the thread was created"),
+        "{error}"
+    );
+    // Nothing was recorded for the refused turns; the original directory put back is accepted again.
+    assert_eq!(host.thread(&thread).await["thread"]["run_count"], 1);
+    std::fs::remove_dir(&project).unwrap();
+    std::fs::rename(&kept, &project).unwrap();
+    let back = host
+        .run_in(&other, &["chat", "--thread", &thread, "--json", "pwd"])
+        .await;
+    assert_eq!(back.code, 0, "{back:?}");
+    assert_eq!(
+        back.json()["text"],
+        format!("echo: pwd={}", project.display())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,6 +68,24 @@ async fn system_reaches_a_stream_json_agent_as_append_system_prompt() {
     let value = out.json();
     let text = value["text"].as_str().unwrap();
     assert!(text.contains("\"--append-system-prompt=-v\""), "{text}");
+    // Such a prompt needs no `=`: the value after --system is taken as is.
+    let spaced = host
+        .run(&[
+            "chat",
+            "--agent",
+            "claude",
+            "--system",
+            "-be terse",
+            "--json",
+            "argv",
+        ])
+        .await;
+    assert_eq!(spaced.code, 0, "{spaced:?}");
+    let text = spaced.json()["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("\"--append-system-prompt=-be terse\""),
+        "{text}"
+    );
     // Not stored: the next turn of the thread runs without it.
     let thread = value["thread_id"].as_str().unwrap().to_owned();
     let next = host
@@ -158,5 +176,30 @@ async fn system_and_agent_args_are_bounded() {
         ])
         .await;
     assert_eq!(out.code, 3, "{out:?}");
-    assert_eq!(out.json()["error"]["code"], "remote_url_not_allowed");
+    let error = &out.json()["error"];
+    assert_eq!(error["code"], "remote_url_not_allowed");
+    // The hint names this agent's switch (agents.toml), not the environment agent's variable.
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("extra agent argument 0"), "{message}");
+    assert!(
+        message.contains("remote_api_opt_in = true on the agent in agents.toml"),
+        "{message}"
+    );
+    assert!(!message.contains("AWP_AGENT"), "{message}");
+    // Opted in there, the same URL is accepted.
+    host.agents_toml(
+        "[[agents]]\nname = \"remote\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\nargs = [\"--mode\", \"normal\"]\nremote_api_opt_in = true\n",
+    );
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "remote",
+            "--agent-arg=--mcp-config=https://example.com/x",
+            "--jsonl",
+            "argv",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(argv_of(&out)[2], "--mcp-config=https://example.com/x");
 }

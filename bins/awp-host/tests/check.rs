@@ -152,6 +152,33 @@ async fn a_configured_agent_is_checked_with_its_env_and_env_flags_override_it() 
             "conformant: required rules 12 passed",
         ],
     );
+    // A remote URL added with --env is refused with the agent's own switch as the hint (--remote-api-opt-in
+    // does not go with --agent).
+    let out = host
+        .run(&[
+            "check",
+            "--json",
+            "--agent",
+            "fx",
+            "--env",
+            "BASE=https://api.example.com",
+        ])
+        .await;
+    assert_eq!(out.code, 3, "{out:?}");
+    let report = out.json();
+    let rule = report["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "launch_contract")
+        .unwrap();
+    let evidence = rule["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("remote_api_opt_in = true on the agent in agents.toml"),
+        "{evidence}"
+    );
+    assert!(!evidence.contains("AWP_AGENT"), "{evidence}");
+    assert!(!evidence.contains("--remote-api-opt-in"), "{evidence}");
     // An agent that is not configured is a usage error; --agent and a command are exclusive.
     let out = host.run(&["check", "--agent", "nope"]).await;
     assert_eq!(out.code, 2, "{out:?}");

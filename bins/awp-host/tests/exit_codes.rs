@@ -18,6 +18,29 @@ async fn usage_errors_exit_2() {
     let host = Host::new();
     let out = host.run(&["chat", "--bogus", "x"]).await;
     assert_eq!(out.code, 2, "{out:?}");
+    // Argument errors read like every other error (one line with the code), then clap's tip and usage lines.
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines[0], "awp-host: error: unexpected argument '--bogus' found (unknown_argument)",
+        "{out:?}"
+    );
+    let tip = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("tip:"));
+    let usage = lines
+        .iter()
+        .position(|l| l.starts_with("Usage: awp-host chat"));
+    assert!(
+        matches!((tip, usage), (Some(t), Some(u)) if t < u),
+        "{out:?}"
+    );
+    assert!(
+        out.stderr.contains("For more information, try '--help'."),
+        "{out:?}"
+    );
+    assert!(!out.stderr.contains("\nerror:"), "{out:?}");
+    check(&host.run(&["threads", "show"]).await, 2, "missing_argument");
+    check(&host.run(&["frobnicate"]).await, 2, "unknown_command");
     check(
         &host.run(&["chat", "--thread", "nope", "x"]).await,
         2,

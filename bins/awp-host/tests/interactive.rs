@@ -357,3 +357,76 @@ async fn claude_codes_tool_permission_is_asked_on_the_terminal_showing_tool_and_
     tmux.send(&["C-d"]).await;
     tmux.wait_count("EXITED=0", 1).await;
 }
+
+fn claude_code_fixture(host: &Host) {
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"cc\"\nprotocol = \"stream-json\"\nexecutable = \"{}\"\ncontrol_protocol = true\n",
+        agentwire_testkit::bin_path("claude-fixture").display()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_claude_codes_tool_question_denies_at_once_and_the_prompt_gets_the_next_line() {
+    let host = Host::new();
+    claude_code_fixture(&host);
+    let tmux = Tmux::start(&host, &["chat", "--agent", "cc"]).await;
+    tmux.wait_count("interactive session", 1).await;
+    tmux.line("tool").await;
+    tmux.wait_count("allow? [y/N]", 1).await;
+    // Ctrl-C, no Enter: the question is denied at once and the turn is cancelled (Claude Code gets `interrupt`).
+    tmux.send(&["C-c"]).await;
+    tmux.wait_count("denied: interrupted by the user (Ctrl-C) in awp-host", 1)
+        .await;
+    tmux.wait_count("cancelling the turn", 1).await;
+    // No reader of the question is left behind: the next line reaches the prompt and is a turn of the same
+    // process.
+    tmux.line("pid").await;
+    let pane = tmux.wait_count("turn=2 initialized=true", 1).await;
+    assert!(
+        !pane.contains("a new agent process resumed"),
+        "the process stayed: {pane}"
+    );
+    tmux.send(&["C-d"]).await;
+    tmux.wait_count("EXITED=0", 1).await;
+    let threads = host.run(&["threads", "list", "--json"]).await.json();
+    let detail = host.thread(threads[0]["id"].as_str().unwrap()).await;
+    let runs = detail["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{detail}");
+    assert_eq!(runs[1]["status"], "succeeded", "{detail}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_a_one_shot_chats_tool_question_ends_the_turn_without_enter() {
+    let host = Host::new();
+    claude_code_fixture(&host);
+    let tmux = Tmux::start(&host, &["chat", "--agent", "cc", "tool"]).await;
+    tmux.wait_count("allow? [y/N]", 1).await;
+    tmux.send(&["C-c"]).await;
+    let pane = tmux.wait_count("EXITED=", 1).await;
+    assert!(
+        pane.contains("denied: interrupted by the user (Ctrl-C) in awp-host"),
+        "{pane}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_an_acp_permission_question_cancels_at_once_and_leaves_no_reader_behind() {
+    let host = Host::new();
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"tools\"]\n",
+        agentwire_testkit::bin_path("acp-fixture").display()
+    ));
+    let tmux = Tmux::start(&host, &["chat", "--agent", "acp"]).await;
+    tmux.wait_count("interactive session", 1).await;
+    tmux.line("go").await;
+    tmux.wait_count("choose a number", 1).await;
+    tmux.send(&["C-c"]).await;
+    tmux.wait_count("cancelled (cancelled)", 1).await;
+    // The question's reader ended with it: the next line is a turn (asking again), and its answer is read.
+    tmux.line("again").await;
+    tmux.wait_count("choose a number", 2).await;
+    tmux.line("1").await;
+    tmux.wait_count("selected allow", 1).await;
+    tmux.send(&["C-d"]).await;
+    tmux.wait_count("EXITED=0", 1).await;
+}

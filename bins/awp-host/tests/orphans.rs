@@ -112,6 +112,17 @@ async fn a_live_agent_left_by_a_dead_host_keeps_its_thread_busy() {
         .await;
     assert_eq!(refused.code, 3, "{refused:?}");
     assert_eq!(refused.json()["error"]["code"], "thread_busy");
+    // The message names the orphan and how to end it.
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(&format!(
+            "its agent (pid {pid}, process group {pid}) still runs"
+        )) && message.contains(&format!("kill -TERM -- -{pid}")),
+        "{message}"
+    );
     // Opening the store (any command) leaves that run running while its agent lives.
     let listed = host.run(&["threads", "list", "--json"]).await;
     assert!(!listed.stderr.contains("marked interrupted"), "{listed:?}");

@@ -127,6 +127,19 @@ async fn threads_rename_sets_the_title_and_validates_it() {
     assert_eq!(human.code, 0, "{human:?}");
     assert_eq!(human.stdout, format!("renamed thread {id}: Shorter\n"));
     assert_eq!(host.thread(&id).await["thread"]["title"], "Shorter");
+    // Inner runs of whitespace (in one word or between words) collapse to one space.
+    let out = host
+        .run(&[
+            "threads",
+            "rename",
+            &id,
+            "Release   notes ",
+            " v2",
+            "--json",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["title"], "Release notes v2");
     // 80 characters is the bound; 81 is refused, as is a control character.
     let at_bound = "x".repeat(80);
     let out = host.run(&["threads", "rename", &id, &at_bound]).await;

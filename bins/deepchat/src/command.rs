@@ -71,6 +71,13 @@ pub enum Operation {
     Rpc,
     /// `POST /v1/stream` (`run watch`).
     Stream,
+    /// `POST /v1/upload` of the file at `path` (at most `max_bytes`), params in the upload header.
+    Upload {
+        /// The file to send.
+        path: PathBuf,
+        /// Largest accepted size in bytes (checked before sending; the server checks again).
+        max_bytes: u64,
+    },
     /// `artifacts.describe`, then `GET /v1/artifacts/:id` published to `out`.
     Download {
         /// `--out`.
@@ -169,6 +176,9 @@ enum Domain {
     /// Model administration: enable, disable, public configuration.
     #[command(subcommand, disable_help_subcommand = true)]
     Model(crate::providers::ModelAdminVerb),
+    /// Offline OCR.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Ocr(crate::ocr::OcrVerb),
 }
 
 /// Flags valid after every verb.
@@ -198,9 +208,9 @@ enum SystemVerb {
 }
 
 #[derive(Debug, Args)]
-struct NoOptions {
+pub(crate) struct NoOptions {
     #[command(flatten)]
-    globals: Globals,
+    pub(crate) globals: Globals,
 }
 
 #[derive(Debug, Subcommand)]
@@ -420,6 +430,9 @@ pub fn top_help() -> String {
     ];
     lines.extend_from_slice(crate::providers::HELP_LINES);
     lines.extend_from_slice(&[
+        "  ocr status           Show offline OCR runtime and cache status",
+        "  ocr extract          Extract text from an image or PDF",
+        "  ocr clear-cache      Clear derived OCR cache entries",
         "",
         "Global flags (after the verb): --json | --jsonl, --timeout <ms>, --help",
         "Environment: DEEPCHAT_CLI_OUTPUT=text|json|jsonl, DEEPCHAT_CLI_TIMEOUT_MS=<ms>",
@@ -747,6 +760,7 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
                 Standard,
             )
         }
+        Domain::Ocr(verb) => crate::ocr::build(verb)?,
         Domain::Approval(ApprovalVerb::List(o)) => (
             o.globals,
             rpc("approval list", "approvals.listPending", json!({})),
@@ -1004,6 +1018,54 @@ mod tests {
             assert_eq!(setting_value(raw).unwrap(), expect, "{raw}");
         }
         assert!(setting_value(r#""unterminated"#).is_err());
+    }
+
+    #[test]
+    fn ocr_commands() {
+        let (status, _, timeout) = call("ocr status");
+        assert_eq!(
+            (status.method, timeout),
+            ("ocr.getRuntimeStatus", DEFAULT_TIMEOUT)
+        );
+        assert_eq!(call("ocr clear-cache").0.method, "ocr.clearCache");
+        let (pdf, _, timeout) = call("ocr extract --file a.PDF --page-count 3 --max-tokens 100");
+        assert_eq!(
+            (pdf.method, timeout),
+            ("ocr.extractUpload", LONG_RUNNING_TIMEOUT)
+        );
+        assert_eq!(
+            pdf.params,
+            json!({"mimeType": "application/pdf", "sourcePageCountHint": 3, "generationTokenLimit": 100})
+        );
+        assert_eq!(
+            pdf.operation,
+            Operation::Upload {
+                path: PathBuf::from("a.PDF"),
+                max_bytes: 50 * 1024 * 1024
+            }
+        );
+        let (png, _, _) = call("ocr extract --file scan.bin --mime IMAGE/PNG --backend cpu");
+        assert_eq!(
+            png.params,
+            json!({"mimeType": "image/png", "backend": "cpu"})
+        );
+        let id = "a".repeat(32);
+        let (artifact, _, _) = call(&format!("ocr extract --artifact {id}"));
+        assert_eq!(artifact.method, "ocr.extractArtifact");
+        assert_eq!(artifact.params, json!({ "artifactId": id }));
+        assert_eq!(artifact.operation, Operation::Rpc);
+        for line in [
+            "ocr extract",
+            "ocr extract --file a.png --artifact b",
+            "ocr extract --artifact abc --mime image/png",
+            "ocr extract --file a.png --page-count 2",
+            "ocr extract --file a.png --backend gpu",
+            "ocr extract --file a.txt",
+            "ocr extract --file a.pdf --max-tokens 16001",
+            "ocr status --file a.png",
+        ] {
+            usage(line);
+        }
     }
 
     #[test]

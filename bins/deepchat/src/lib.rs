@@ -12,6 +12,7 @@
 
 pub mod command;
 pub mod io;
+mod ocr;
 mod providers;
 pub mod render;
 
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 use agentwire_local_control::client::{Client, ClientError};
 use agentwire_local_control::contract::{
-    self, ContractError, Method, artifacts, cli, model_config, ours, providers as wire_providers,
-    runs, settings,
+    self, ContractError, Method, artifacts, cli, model_config, ocr as wire_ocr, ours,
+    providers as wire_providers, runs, settings,
 };
 use agentwire_local_control::descriptor;
 use agentwire_local_control::envelope::{
@@ -43,6 +44,9 @@ pub struct Failure {
     pub message: String,
     /// Whether retrying may succeed.
     pub retriable: bool,
+    /// The server's machine-readable details, passed through to `--json`/`--jsonl` envelopes (e.g. an OCR
+    /// extraction's `benchmark` facts when the engine is unavailable).
+    pub details: Option<serde_json::Map<String, Value>>,
 }
 
 impl Failure {
@@ -52,6 +56,7 @@ impl Failure {
             code,
             message: message.into(),
             retriable: false,
+            details: None,
         }
     }
 
@@ -66,7 +71,11 @@ impl Failure {
     }
 
     fn body(&self) -> ErrorBody {
-        ErrorBody::new(self.code, self.message.clone()).retriable(self.retriable)
+        let body = ErrorBody::new(self.code, self.message.clone()).retriable(self.retriable);
+        match &self.details {
+            Some(details) => body.with_details(details.clone()),
+            None => body,
+        }
     }
 }
 
@@ -77,6 +86,7 @@ impl From<ClientError> for Failure {
                 code: error.code,
                 message: error.message,
                 retriable: error.retriable,
+                details: error.details,
             },
             other => {
                 let failure = Failure::new(other.code(), other.to_string());
@@ -269,6 +279,10 @@ macro_rules! by_method {
             "models.getPublicConfig" => $f::<model_config::GetPublicConfig>($value),
             "models.setPublicConfig" => $f::<model_config::SetPublicConfig>($value),
             "models.resetConfig" => $f::<model_config::ResetConfig>($value),
+            "ocr.getRuntimeStatus" => $f::<wire_ocr::GetRuntimeStatus>($value),
+            "ocr.clearCache" => $f::<wire_ocr::ClearCache>($value),
+            "ocr.extractUpload" => $f::<wire_ocr::ExtractUpload>($value),
+            "ocr.extractArtifact" => $f::<wire_ocr::ExtractArtifact>($value),
             _ => Err(ContractError::Shape {
                 detail: "no contract for this method".to_owned(),
             }),
@@ -398,6 +412,10 @@ async fn execute(
             temp.publish(&out, overwrite)?;
             (described, Some(out))
         }
+        (Operation::Upload { path, max_bytes }, _) => (
+            client.upload(&envelope, path, *max_bytes, timeout).await?,
+            None,
+        ),
         _ => (client.rpc(&envelope, timeout).await?, None),
     };
     let result = canonical_result(invocation.method, raw).map_err(bad_result)?;

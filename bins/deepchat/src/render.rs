@@ -64,6 +64,9 @@ pub fn result(method: &str, result: &Value) -> String {
     if let Some(text) = crate::providers::render(method, result) {
         return sanitize(&text);
     }
+    if let Some(text) = crate::ocr::render(method, result) {
+        return sanitize(&text);
+    }
     let mut out = String::new();
     match method {
         "cli.version" => {

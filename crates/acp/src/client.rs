@@ -704,6 +704,7 @@ impl Client {
             client: self.clone(),
             rx,
             backlog,
+            received: 0,
             shared,
             previous,
             modes,
@@ -755,6 +756,30 @@ impl Client {
 struct SessionShared {
     /// The cancel flag of the turn in progress, if any.
     turn: Mutex<Option<CancellationToken>>,
+    /// How many items (updates, Kandev turn ends) were delivered to this session: sent to its queue, or kept for
+    /// it before it was registered. See [`RoutedCount`].
+    routed: AtomicU64,
+}
+
+/// How many updates were routed to one [`Session`] so far (the dispatcher's side of [`Session::received`]): a
+/// handle that does not keep the connection open. Read by an agent-request handler (e.g. a permission question),
+/// it counts every `session/update` the agent wrote before that request, since the dispatcher routes messages in
+/// arrival order and starts a request's task only after routing everything read before it; comparing it with
+/// [`Session::received`] / [`Turn::received`] tells whether the session's reader has taken them all.
+#[derive(Clone)]
+pub struct RoutedCount(Arc<SessionShared>);
+
+impl RoutedCount {
+    /// Items routed to the session so far (updates, and the Kandev dialect's end-of-turn updates).
+    pub fn get(&self) -> u64 {
+        self.0.routed.load(Ordering::Acquire)
+    }
+}
+
+impl std::fmt::Debug for RoutedCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RoutedCount").field(&self.get()).finish()
+    }
 }
 
 /// What the dispatcher delivers to a session.
@@ -845,12 +870,19 @@ impl Router {
         shared: Arc<SessionShared>,
     ) -> (VecDeque<Routed>, Option<SessionSlot>) {
         let mut sessions = lock(&self.sessions);
-        let previous = sessions.insert(id.clone(), SessionSlot { tx, shared });
+        let previous = sessions.insert(
+            id.clone(),
+            SessionSlot {
+                tx,
+                shared: shared.clone(),
+            },
+        );
         let mut unrouted = lock(&self.unrouted);
         let (mine, others): (VecDeque<_>, VecDeque<_>) = unrouted
             .queue
             .drain(..)
             .partition(|(session, _, _)| *session == id);
+        shared.routed.fetch_add(mine.len() as u64, Ordering::AcqRel);
         unrouted.queue = others;
         unrouted.bytes = unrouted.queue.iter().map(|(_, _, size)| size).sum();
         (
@@ -920,10 +952,10 @@ impl Router {
     }
 
     async fn route(&self, id: SessionId, routed: Routed) {
-        let tx = {
+        let (tx, shared) = {
             let sessions = lock(&self.sessions);
             match sessions.get(&id) {
-                Some(slot) => slot.tx.clone(),
+                Some(slot) => (slot.tx.clone(), slot.shared.clone()),
                 None => {
                     // Still under the `sessions` lock: a session registered meanwhile takes what is kept.
                     self.keep_unrouted(id, routed);
@@ -935,6 +967,8 @@ impl Router {
             self.counters
                 .dropped_sessions
                 .fetch_add(1, Ordering::Relaxed);
+        } else {
+            shared.routed.fetch_add(1, Ordering::AcqRel);
         }
     }
 }
@@ -1186,6 +1220,8 @@ pub struct Session {
     client: Client,
     rx: mpsc::Receiver<Routed>,
     backlog: VecDeque<Routed>,
+    /// Items taken from `backlog` and `rx` so far.
+    received: u64,
     shared: Arc<SessionShared>,
     /// The registration this one replaced (see `Router::unregister`).
     previous: Option<SessionSlot>,
@@ -1261,12 +1297,25 @@ impl Session {
         }
     }
 
+    /// How many routed items (updates, and the Kandev dialect's end-of-turn updates) this session has taken so
+    /// far, through [`Session::next_update`], [`Session::try_next_update`] or a [`Turn`]; counted like
+    /// [`RoutedCount::get`], so `received() >= count` means every item routed by then was taken.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The dispatcher's count of items routed to this session ([`RoutedCount`]).
+    pub fn routed_count(&self) -> RoutedCount {
+        RoutedCount(self.shared.clone())
+    }
+
     async fn recv(&mut self) -> Option<Routed> {
         let routed = match self.backlog.pop_front() {
             Some(routed) => Some(routed),
             None => self.rx.recv().await,
         };
         if let Some(routed) = &routed {
+            self.received += 1;
             self.note(routed);
         }
         routed
@@ -1275,6 +1324,7 @@ impl Session {
     fn try_recv(&mut self) -> Option<Routed> {
         let routed = self.backlog.pop_front().or_else(|| self.rx.try_recv().ok());
         if let Some(routed) = &routed {
+            self.received += 1;
             self.note(routed);
         }
         routed
@@ -1541,6 +1591,12 @@ impl Drop for Turn<'_> {
 }
 
 impl Turn<'_> {
+    /// [`Session::received`] of the turn's session: after an update was yielded, the count up to and including
+    /// it.
+    pub fn received(&self) -> u64 {
+        self.session.received
+    }
+
     /// Cancels this turn (see [`Canceller`]).
     ///
     /// # Errors
@@ -1794,5 +1850,27 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(Routed::Update(_))));
         assert!(matches!(rx.try_recv(), Ok(Routed::Update(_))));
         assert_eq!(router.counters.unrouted_dropped.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_routed_count_covers_the_kept_backlog_and_each_update_sent_to_the_session() {
+        let router = router(1024, 1 << 20);
+        let creating = router.creating();
+        route_all(&router, "s", 0..2);
+        route_all(&router, "other", [9]);
+        let (tx, mut rx) = mpsc::channel(8);
+        let shared = Arc::new(SessionShared::default());
+        let (backlog, _) = router.register(SessionId::new("s"), tx, shared.clone());
+        drop(creating);
+        let count = RoutedCount(shared);
+        // The two kept for it count; the one for another session does not.
+        assert_eq!((backlog.len(), count.get()), (2, 2));
+        route_all(&router, "s", 2..5);
+        assert_eq!(count.get(), 5);
+        // Sent to a session whose queue is gone: dropped, not counted.
+        rx.close();
+        route_all(&router, "s", [5]);
+        assert_eq!(count.get(), 5);
+        assert_eq!(router.counters.dropped_sessions.load(Ordering::Relaxed), 1);
     }
 }

@@ -52,7 +52,8 @@ pub mod update;
 
 pub use agent::{Agent, AgentSide, Answered, ClientHandle};
 pub use client::{
-    Canceller, Client, ClientBuilder, ClientConfig, ClientStats, Session, Turn, TurnEvent,
+    Canceller, Client, ClientBuilder, ClientConfig, ClientStats, RoutedCount, Session, Turn,
+    TurnEvent,
 };
 pub use error::AcpError;
 pub use fs::{Confined, FsError, FsLimits, RootedFs};

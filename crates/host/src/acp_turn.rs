@@ -47,15 +47,15 @@ use agentwire_acp::schema::{
     ToolCallStatus, ToolCallUpdateFields, UsageUpdate,
 };
 use agentwire_acp::{
-    AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs, Session,
-    TurnEvent, Update,
+    AcpError, Canceller, Client, ClientBuilder, ClientConfig, PermissionHandler, RootedFs,
+    RoutedCount, Session, TurnEvent, Update,
 };
 use agentwire_awp::{
     ContentBlock, LaunchPlan, NormalizedEvent, SessionId, TurnOutcome, TurnStatus, Usage, codes,
 };
 use agentwire_process::StopPlan;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::store::bounded_line;
 
@@ -215,13 +215,38 @@ impl AnnouncedToolCalls {
     }
 }
 
-struct Permissions(AcpPermissions, AnnouncedToolCalls);
+/// Holds a permission question back until the turn's observer has been given every event of the updates the
+/// agent wrote before the request (a `tool_call` announced just before its `session/request_permission` is
+/// rendered above the question, not after it). Set once the session exists; open (never waits) before that,
+/// after the turn's end and once the runner is gone.
+#[derive(Clone, Default)]
+struct RenderGate(Arc<std::sync::Mutex<Option<GateState>>>);
+
+/// The session's routed-update count, and how many of its updates the observer has been given.
+type GateState = (RoutedCount, watch::Receiver<u64>);
+
+impl RenderGate {
+    /// Waits until the session's updates routed so far have all been taken by the session task and their events
+    /// handed to the observer ([`AcpRunner::next_event`] publishes how far that is).
+    async fn wait(&self) {
+        let gate = self.0.lock().ok().and_then(|gate| gate.clone());
+        let Some((routed, mut observed)) = gate else {
+            return;
+        };
+        let target = routed.get();
+        // An error: the runner is gone, nothing will be rendered any more.
+        let _ = observed.wait_for(|taken| *taken >= target).await;
+    }
+}
+
+struct Permissions(AcpPermissions, AnnouncedToolCalls, RenderGate);
 
 impl PermissionHandler for Permissions {
     async fn request_permission(
         &self,
         request: RequestPermissionRequest,
     ) -> RequestPermissionOutcome {
+        self.2.wait().await;
         (self.0.0)(self.1.complete(request)).await
     }
 }
@@ -527,6 +552,13 @@ async fn drained(client: &Client, mut session: Session) -> Session {
 /// What the session task is asked to send, and where it says whether it was sent.
 type PromptRequest = (Vec<AcpBlock>, oneshot::Sender<Result<(), AcpError>>);
 
+/// What the session task hands the runner: an event, or how many routed updates the session has taken once the
+/// events of one update were all sent ([`Session::received`](agentwire_acp::Session::received)).
+enum Delivered {
+    Event(NormalizedEvent),
+    Taken(u64),
+}
+
 /// An ACP agent driven for one turn.
 pub(crate) struct AcpRunner {
     client: Client,
@@ -534,7 +566,10 @@ pub(crate) struct AcpRunner {
     startup: Vec<NormalizedEvent>,
     session_id: Option<SessionId>,
     prompt: Option<oneshot::Sender<PromptRequest>>,
-    events: mpsc::Receiver<NormalizedEvent>,
+    events: mpsc::Receiver<Delivered>,
+    /// How many routed updates have had their events handed to the caller of [`AcpRunner::next_event`] (which
+    /// gives them to the observer before it asks for the next): what [`RenderGate`] waits for.
+    observed: watch::Sender<u64>,
     idle_timeout: Option<Duration>,
     max_line_bytes: usize,
     task: tokio::task::JoinHandle<()>,
@@ -611,9 +646,10 @@ impl AcpRunner {
         let mut config = ClientConfig::default();
         config.rpc.max_line_bytes = max_line_bytes;
         let announced = AnnouncedToolCalls::default();
+        let gate = RenderGate::default();
         let client = ClientBuilder::new()
             .config(config)
-            .permission_handler(Permissions(permissions, announced.clone()))
+            .permission_handler(Permissions(permissions, announced.clone(), gate.clone()))
             .fs_handler(fs)
             .spawn(&mut command)
             .map_err(|e| (codes::SPAWN_FAILED.to_owned(), e.to_string()))?;
@@ -667,6 +703,11 @@ impl AcpRunner {
         };
         startup.extend(notices);
         let canceller = session.canceller();
+        // What the setup read (a replayed history, dropped) counts as handled.
+        let (observed, observed_rx) = watch::channel(session.received());
+        if let Ok(mut slot) = gate.0.lock() {
+            *slot = Some((session.routed_count(), observed_rx));
+        }
         let (prompt_tx, prompt_rx) = oneshot::channel::<PromptRequest>();
         let (events_tx, events_rx) = mpsc::channel(EVENT_QUEUE);
         let outcome_session = session_id.clone();
@@ -696,9 +737,16 @@ impl AcpRunner {
                             }
                         }
                         for event in tool_calls.dedupe(map_update(update, max_summary_chars)) {
-                            if events_tx.send(event).await.is_err() {
+                            if events_tx.send(Delivered::Event(event)).await.is_err() {
                                 return;
                             }
+                        }
+                        if events_tx
+                            .send(Delivered::Taken(turn.received()))
+                            .await
+                            .is_err()
+                        {
+                            return;
                         }
                     }
                     TurnEvent::End(end) => {
@@ -717,7 +765,7 @@ impl AcpRunner {
                         }
                         // The runner may be gone (store failure); nothing else to tell.
                         let _ = events_tx
-                            .send(NormalizedEvent::TurnCompleted(outcome))
+                            .send(Delivered::Event(NormalizedEvent::TurnCompleted(outcome)))
                             .await;
                         return;
                     }
@@ -731,6 +779,7 @@ impl AcpRunner {
             session_id,
             prompt: Some(prompt_tx),
             events: events_rx,
+            observed,
             idle_timeout,
             max_line_bytes,
             task,
@@ -785,17 +834,37 @@ impl AcpRunner {
     }
 
     async fn next_event_inner(&mut self) -> Option<NormalizedEvent> {
-        let Some(idle) = self.idle_timeout else {
-            return self.events.recv().await;
-        };
-        match tokio::time::timeout(idle, self.events.recv()).await {
-            Ok(event) => event,
-            Err(_) => {
-                self.cancel().await;
-                let mut outcome = TurnOutcome::new(TurnStatus::failed(codes::AGENT_IDLE_TIMEOUT));
-                outcome.session_id = self.session_id.clone();
-                self.idle_timeout = None;
-                Some(NormalizedEvent::TurnCompleted(outcome))
+        let event = self.next_delivered_event().await;
+        if matches!(event, None | Some(NormalizedEvent::TurnCompleted(_))) {
+            // The turn is over: a later permission question has nothing left to wait for.
+            self.observed.send_replace(u64::MAX);
+        }
+        event
+    }
+
+    /// The next event from the session task. Being asked for it means every event returned before was handed to
+    /// the observer: each `Taken` mark passed on the way is published to [`RenderGate`].
+    async fn next_delivered_event(&mut self) -> Option<NormalizedEvent> {
+        loop {
+            let delivered = match self.idle_timeout {
+                None => self.events.recv().await,
+                Some(idle) => match tokio::time::timeout(idle, self.events.recv()).await {
+                    Ok(delivered) => delivered,
+                    Err(_) => {
+                        self.cancel().await;
+                        let mut outcome =
+                            TurnOutcome::new(TurnStatus::failed(codes::AGENT_IDLE_TIMEOUT));
+                        outcome.session_id = self.session_id.clone();
+                        self.idle_timeout = None;
+                        return Some(NormalizedEvent::TurnCompleted(outcome));
+                    }
+                },
+            };
+            match delivered? {
+                Delivered::Event(event) => return Some(event),
+                Delivered::Taken(taken) => {
+                    self.observed.send_replace(taken);
+                }
             }
         }
     }

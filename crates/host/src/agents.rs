@@ -117,6 +117,9 @@ impl AgentSource {
 pub struct AgentSpec {
     /// Name used with `--agent`.
     pub name: String,
+    /// Where it is defined: phrases launch errors in that place's terms (`agents.toml` fields or the
+    /// `AWP_AGENT_*` variables) wherever the launch is validated again (a turn, `--agent-arg`).
+    pub source: AgentSource,
     /// Protocol.
     pub protocol: AgentProtocol,
     /// Launch configuration (for ACP agents: executable, args, env; protocol unused).
@@ -187,6 +190,7 @@ impl std::fmt::Debug for AgentSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentSpec")
             .field("name", &self.name)
+            .field("source", &self.source)
             .field("protocol", &self.protocol)
             .field("launch", &self.launch)
             .field("max_line_bytes", &self.max_line_bytes)
@@ -293,26 +297,57 @@ impl ConfigError {
         }
     }
 
-    fn from_launch(err: &LaunchError, source: AgentSource) -> Self {
-        let mut message = err.to_string();
-        if source != AgentSource::Environment {
-            for (var, field) in [
-                (VAR_EXECUTABLE, "executable"),
-                (VAR_ARGS_JSON, "args"),
-                (VAR_ENV_JSON, "env"),
-                (VAR_DEFAULT_MODEL, "model"),
-                (VAR_REMOTE_API_OPT_IN, "remote_api_opt_in"),
-            ] {
-                message = message.replace(var, field);
-            }
-            // The file field is a bool.
-            message = message.replace("remote_api_opt_in=1", "remote_api_opt_in = true");
-        }
+    /// A launch rule's failure, phrased for where the agent is defined: the `AWP_AGENT_*` variables for
+    /// [`AgentSource::Environment`], the `agents.toml` fields (`args`, `env`, `remote_api_opt_in = true`, …)
+    /// otherwise. The code stays the launch rule's.
+    pub fn from_launch(err: &LaunchError, source: AgentSource) -> Self {
         ConfigError::Launch {
-            message,
+            message: in_source_terms(&err.to_string(), source),
             launch_code: err.code(),
         }
     }
+}
+
+/// How an agent defined in `source` is allowed non-loopback URLs in its arguments and env, as the end of a
+/// `remote_url_not_allowed` message.
+pub fn remote_opt_in_hint(source: AgentSource) -> &'static str {
+    match source {
+        AgentSource::Environment => "set AWP_AGENT_REMOTE_API_OPT_IN=1 to allow it",
+        AgentSource::ConfigFile => {
+            "set remote_api_opt_in = true on the agent in agents.toml to allow it"
+        }
+        AgentSource::Bundled => {
+            "the bundled agent cannot allow it: configure the agent in agents.toml with remote_api_opt_in = true"
+        }
+    }
+}
+
+/// `text` (a launch rule's message, in `AWP_AGENT_*` terms) rephrased for an agent defined in `source`: unchanged
+/// for [`AgentSource::Environment`]; with the `agents.toml` field names otherwise, and the remote-URL hint saying
+/// `remote_api_opt_in = true` in `agents.toml` (the bundled agent has no such switch: the hint says to configure
+/// it in `agents.toml`).
+pub fn in_source_terms(text: &str, source: AgentSource) -> String {
+    let mut message = text.to_owned();
+    if source == AgentSource::Environment {
+        return message;
+    }
+    message = message.replace(
+        "set AWP_AGENT_REMOTE_API_OPT_IN=1 to allow it",
+        remote_opt_in_hint(source),
+    );
+    {
+        for (var, field) in [
+            (VAR_EXECUTABLE, "executable"),
+            (VAR_ARGS_JSON, "args"),
+            (VAR_ENV_JSON, "env"),
+            (VAR_DEFAULT_MODEL, "model"),
+            (VAR_REMOTE_API_OPT_IN, "remote_api_opt_in"),
+        ] {
+            message = message.replace(var, field);
+        }
+        message = message.replace("remote_api_opt_in=1", "remote_api_opt_in = true");
+    }
+    message
 }
 
 /// One listed agent: what was configured and whether it can be used.
@@ -331,7 +366,10 @@ pub struct AgentEntry {
     pub resolved_executable: Option<PathBuf>,
     /// Model as configured.
     pub model: Option<String>,
-    /// Where an `agents.toml` entry starts: `(line, column)`, 1-based. `None` for the built-in agents.
+    /// Where in `agents.toml` the entry is, `(line, column)`, 1-based (column in characters): for an error of one
+    /// field (a value of the wrong type, an unknown key, a value out of range, an unknown protocol, a bad name)
+    /// that field's value (its key for an unknown key); otherwise where the entry starts. `None` for the built-in
+    /// agents.
     pub location: Option<(usize, usize)>,
     /// The usable definition, or why not.
     pub status: Result<AgentSpec, ConfigError>,
@@ -497,6 +535,7 @@ fn validated(
     let control_protocol = control_protocol_default(protocol, &launch.executable);
     Ok(AgentSpec {
         name: name.to_owned(),
+        source,
         protocol,
         launch,
         max_line_bytes: DEFAULT_MAX_LINE_BYTES,
@@ -531,7 +570,82 @@ fn resolve_link(executable: &Path) -> Option<Result<PathBuf, ConfigError>> {
     }))
 }
 
-fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry {
+/// One `[[agents]]` entry as parsed with positions (byte spans into the file's text), to locate a field's error.
+type SpannedEntry<'a> = toml::Spanned<toml::de::DeValue<'a>>;
+
+/// The `[[agents]]` entries of `text` with their spans, in order; empty when the text does not parse (it did
+/// for the caller) or has no `agents` array.
+fn spanned_entries(text: &str) -> Vec<SpannedEntry<'_>> {
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        return Vec::new();
+    };
+    doc.into_inner()
+        .into_iter()
+        .find(|(key, _)| key.get_ref() == "agents")
+        .and_then(|(_, value)| match value.into_inner() {
+            toml::de::DeValue::Array(items) => Some(items.iter().cloned().collect()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Byte span of the value of `field` in a spanned entry.
+fn field_span(entry: &SpannedEntry<'_>, field: &str) -> Option<std::ops::Range<usize>> {
+    entry
+        .get_ref()
+        .as_table()?
+        .iter()
+        .find(|(key, _)| key.get_ref() == field)
+        .map(|(_, value)| value.span())
+}
+
+/// The field an entry error is about, when it is about one field.
+fn error_field(err: &ConfigError) -> Option<&'static str> {
+    match err {
+        ConfigError::UnknownProtocol => Some("protocol"),
+        ConfigError::InvalidName => Some("name"),
+        ConfigError::InvalidEntry { message } => [
+            "max_line_bytes",
+            "first_output_timeout_secs",
+            "include_partial_messages",
+            "control_protocol",
+        ]
+        .into_iter()
+        .find(|field| message.starts_with(field)),
+        _ => None,
+    }
+}
+
+/// An entry of `agents.toml` (`text`), starting at `location`; `spanned` is the same entry with positions, used
+/// to point an error of one field at that field.
+fn entry_from_table(
+    table: toml::Table,
+    location: (usize, usize),
+    text: &str,
+    spanned: Option<&SpannedEntry<'_>>,
+) -> AgentEntry {
+    let (mut entry, shape_error) = entry_at_start(table, location);
+    if let (Err(err), Some(spanned)) = (&entry.status, spanned) {
+        let span = match err {
+            // A type error or an unknown key: toml's own span, from the same entry with positions.
+            _ if shape_error => {
+                use serde::Deserialize as _;
+                RawEntry::deserialize(toml::de::ValueDeserializer::from(spanned.clone()))
+                    .err()
+                    .and_then(|e| e.span())
+            }
+            _ => error_field(err).and_then(|field| field_span(spanned, field)),
+        };
+        if let Some(span) = span {
+            entry.location = Some(line_column(text, span.start));
+        }
+    }
+    entry
+}
+
+/// [`entry_from_table`] with every error located at the entry's start, and whether the error is of the entry's
+/// shape (a type error or an unknown key, found by deserializing it).
+fn entry_at_start(table: toml::Table, location: (usize, usize)) -> (AgentEntry, bool) {
     let name_hint = table
         .get("name")
         .and_then(|v| v.as_str())
@@ -540,7 +654,7 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
     let raw: RawEntry = match table.try_into() {
         Ok(raw) => raw,
         Err(e) => {
-            return AgentEntry {
+            let entry = AgentEntry {
                 name: name_hint,
                 source: AgentSource::ConfigFile,
                 protocol: None,
@@ -552,6 +666,7 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
                     message: e.message().to_owned(),
                 }),
             };
+            return (entry, true);
         }
     };
     let resolved = raw.executable.as_deref().and_then(resolve_link);
@@ -636,7 +751,7 @@ fn entry_from_table(table: toml::Table, location: (usize, usize)) -> AgentEntry 
         spec.include_partial_messages = raw.include_partial_messages.unwrap_or(true);
         Ok(spec)
     })();
-    entry
+    (entry, false)
 }
 
 impl AgentRegistry {
@@ -728,9 +843,11 @@ impl AgentRegistry {
                     }
                 })?;
                 file_default = raw.default;
-                for table in raw.agents {
+                let spanned = spanned_entries(&text);
+                for (index, table) in raw.agents.into_iter().enumerate() {
                     let location = line_column(&text, table.span().start);
-                    let mut entry = entry_from_table(table.into_inner(), location);
+                    let mut entry =
+                        entry_from_table(table.into_inner(), location, &text, spanned.get(index));
                     let reserved = entry.name == ENV_AGENT || entry.name == BUNDLED_AGENT;
                     if entry.status.is_ok() && reserved {
                         entry.status = Err(ConfigError::ReservedName);
@@ -924,8 +1041,8 @@ mod tests {
             let s = setup(Some(&text));
             let reg = load(&s, &[]).unwrap();
             let entry = reg.entries().iter().find(|e| e.name == "big").unwrap();
-            // Located like every entry error (the entry's line and column in agents.toml).
-            assert_eq!(entry.location, Some((1, 1)));
+            // Located at the value (line 5, after `max_line_bytes = `).
+            assert_eq!(entry.location, Some((5, 18)));
             let err = entry.status.as_ref().expect_err("refused");
             assert_eq!(err.code(), "agent_entry_invalid");
             let message = err.to_string();
@@ -934,6 +1051,42 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn an_entry_error_of_one_field_points_at_that_field() {
+        let text = "[[agents]]\nname = \"ok\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n\n\
+                    [[agents]]\nname = \"typed\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n  \
+                    first_output_timeout_secs = \"x\"\n\n\
+                    [[agents]]\nname = \"unknown\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n\
+                    timeout = 5\n\n\
+                    [[agents]]\nname = \"range\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$EXE\"\n\
+                    first_output_timeout_secs = 999999\n\n\
+                    [[agents]]\nname = \"proto\"\nprotocol = \"smoke\"\nexecutable = \"$EXE\"\n\n\
+                    [[agents]]\nname = \"inline\"\nprotocol = \"acp\"\nexecutable = \"$EXE\"\n\
+                    env = { A = 1 }\n\n\
+                    [[agents]]\nprotocol = \"acp\"\nexecutable = \"$EXE\"\n";
+        let s = setup(Some(text));
+        let reg = load(&s, &[]).unwrap();
+        let at = |name: &str| {
+            let entry = reg.entries().iter().find(|e| e.name == name).unwrap();
+            (
+                entry.location,
+                entry.status.as_ref().err().map(ConfigError::code),
+            )
+        };
+        assert_eq!(at("ok"), (Some((1, 1)), None));
+        // The value of the wrong type (line 10, after two spaces and `first_output_timeout_secs = `).
+        assert_eq!(at("typed"), (Some((10, 31)), Some("agent_entry_invalid")));
+        // An unknown key: the key itself.
+        assert_eq!(at("unknown"), (Some((16, 1)), Some("agent_entry_invalid")));
+        // A value out of range and an unknown protocol: the value.
+        assert_eq!(at("range"), (Some((22, 29)), Some("agent_entry_invalid")));
+        assert_eq!(at("proto"), (Some((26, 12)), Some("protocol_unknown")));
+        // Inside an inline table: the inner value.
+        assert_eq!(at("inline"), (Some((33, 13)), Some("agent_entry_invalid")));
+        // A missing field has no field to point at: the entry.
+        assert_eq!(at(""), (Some((35, 1)), Some("agent_field_missing")));
     }
 
     #[test]
@@ -1180,6 +1333,33 @@ args = ["--base", "https://api.example.com"]
         let remote = message("remote");
         assert!(remote.contains("remote_api_opt_in = true"), "{remote}");
         assert!(!remote.contains("AWP_AGENT"), "{remote}");
+    }
+
+    #[test]
+    fn launch_messages_are_phrased_for_where_the_agent_is_defined() {
+        let err = LaunchError::RemoteUrlInEnv {
+            name: "BASE".to_owned(),
+        };
+        let text = |source| ConfigError::from_launch(&err, source).to_string();
+        assert_eq!(
+            text(AgentSource::Environment),
+            "AWP_AGENT_CLI_ENV_JSON value of BASE holds a non-loopback URL; set AWP_AGENT_REMOTE_API_OPT_IN=1 to \
+             allow it"
+        );
+        assert_eq!(
+            text(AgentSource::ConfigFile),
+            "env value of BASE holds a non-loopback URL; set remote_api_opt_in = true on the agent in agents.toml \
+             to allow it"
+        );
+        let bundled = text(AgentSource::Bundled);
+        assert!(
+            bundled.contains("bundled agent cannot allow it") && !bundled.contains("AWP_AGENT"),
+            "{bundled}"
+        );
+        assert_eq!(
+            ConfigError::from_launch(&err, AgentSource::ConfigFile).code(),
+            "remote_url_not_allowed"
+        );
     }
 
     #[test]

@@ -55,6 +55,15 @@ pub enum AttachmentError {
         /// The file.
         path: PathBuf,
     },
+    /// The path is not a regular file (a directory, a FIFO, a socket, a device): reading it could block or never
+    /// end, so it is refused before it is read (a FIFO is opened without blocking, and never read).
+    #[error("attachment {path} is not a regular file (it is {kind})")]
+    NotAFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is: `a directory`, `a FIFO`, `a socket`, `a character device`, `a block device`.
+        kind: &'static str,
+    },
     /// More files than [`AttachmentLimits::max_attachments`].
     #[error("too many attachments ({count}, limit {limit})")]
     TooMany {
@@ -73,6 +82,7 @@ impl AttachmentError {
             AttachmentError::TooLarge { .. } => "attachment_too_large",
             AttachmentError::UnsupportedType { .. } => "attachment_unsupported_type",
             AttachmentError::TooMany { .. } => "too_many_attachments",
+            AttachmentError::NotAFile { .. } => "attachment_not_a_file",
         }
     }
 }
@@ -107,6 +117,26 @@ pub fn sniff(bytes: &[u8]) -> Option<Sniffed> {
     }
 }
 
+/// What a file that is not a regular one is, for [`AttachmentError::NotAFile`]; `None` for a regular file.
+fn file_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if file_type.is_file() {
+        None
+    } else if file_type.is_dir() {
+        Some("a directory")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else {
+        Some("not a regular file")
+    }
+}
+
 /// One attachment ready to send.
 #[derive(Clone, Debug)]
 pub struct Attachment {
@@ -134,8 +164,13 @@ impl Attachment {
 /// Reads `path` (at most `limits.max_attachment_bytes` bytes; one byte more proves it too large), types it and
 /// builds its block. Text becomes a `text` block headed `Attachment <name>:`.
 ///
+/// Only a regular file (a symbolic link is followed) is read: its type is checked with `stat` before it is
+/// opened, and again on the open file (opened with `O_NONBLOCK`, so a path swapped for a FIFO in between cannot
+/// block the open).
+///
 /// # Errors
-/// [`AttachmentError::Unreadable`], [`AttachmentError::TooLarge`], [`AttachmentError::UnsupportedType`].
+/// [`AttachmentError::Unreadable`], [`AttachmentError::NotAFile`], [`AttachmentError::TooLarge`],
+/// [`AttachmentError::UnsupportedType`].
 pub fn read_attachment(
     path: &Path,
     limits: &AttachmentLimits,
@@ -144,7 +179,23 @@ pub fn read_attachment(
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let regular = |meta: &std::fs::Metadata| match file_kind(meta.file_type()) {
+        None => Ok(()),
+        Some(kind) => Err(AttachmentError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        }),
+    };
+    regular(&std::fs::metadata(path).map_err(unreadable)?)?;
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(|e| unreadable(e.into()))?;
+    let file = std::fs::File::from(fd);
+    regular(&file.metadata().map_err(unreadable)?)?;
     let mut bytes = Vec::new();
     file.take(limits.max_attachment_bytes.saturating_add(1))
         .read_to_end(&mut bytes)
@@ -275,6 +326,48 @@ mod tests {
         png.push(0);
         let err = read_attachment(&write(tmp.path(), "b.png", &png), &limits).unwrap_err();
         assert_eq!(err.code(), "attachment_too_large");
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let limits = AttachmentLimits::default();
+        // A FIFO with no writer: opening it for reading would block forever, reading it would wait for a writer.
+        let fifo = tmp.path().join("pipe");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let socket = tmp.path().join("sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        for (path, kind) in [
+            (fifo.clone(), "a FIFO"),
+            (socket, "a socket"),
+            (PathBuf::from("/dev/null"), "a character device"),
+            (tmp.path().to_path_buf(), "a directory"),
+        ] {
+            let err = read_attachment(&path, &limits).unwrap_err();
+            assert_eq!(err.code(), "attachment_not_a_file", "{path:?}");
+            assert!(
+                matches!(&err, AttachmentError::NotAFile { kind: k, .. } if *k == kind),
+                "{path:?}: {err}"
+            );
+        }
+        // A link to a regular file is followed; a link to the FIFO is refused like the FIFO.
+        let file = write(tmp.path(), "f.txt", b"ok");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert_eq!(read_attachment(&link, &limits).unwrap().size, 2);
+        let fifo_link = tmp.path().join("fifo-link");
+        std::os::unix::fs::symlink(&fifo, &fifo_link).unwrap();
+        assert_eq!(
+            read_attachment(&fifo_link, &limits).unwrap_err().code(),
+            "attachment_not_a_file"
+        );
     }
 
     #[test]

@@ -81,6 +81,15 @@ pub enum LaunchExtrasError {
         /// `the system prompt` or `extra agent argument N`.
         what: String,
     },
+    /// An extra argument holds a non-loopback `http(s)://` URL and the agent is not opted in to remote APIs (the
+    /// launch rule of `agentwire-awp`, checked here so that the hint names the agent's own switch).
+    #[error("extra agent argument {index} holds a non-loopback URL; {hint}")]
+    RemoteUrl {
+        /// Zero-based position among the extra arguments.
+        index: usize,
+        /// How this agent is opted in ([`crate::agents::remote_opt_in_hint`]).
+        hint: &'static str,
+    },
 }
 
 impl LaunchExtrasError {
@@ -93,6 +102,7 @@ impl LaunchExtrasError {
             LaunchExtrasError::TooManyAgentArgs { .. } => "too_many_agent_args",
             LaunchExtrasError::AgentArgLength { .. } => "agent_arg_invalid",
             LaunchExtrasError::ContainsNul { .. } => "argument_contains_nul",
+            LaunchExtrasError::RemoteUrl { .. } => "remote_url_not_allowed",
         }
     }
 }
@@ -145,10 +155,22 @@ impl LaunchExtras {
     /// A copy of `agent` with these extras added to its launch arguments (see the module docs).
     ///
     /// # Errors
-    /// As [`LaunchExtras::validate`], and [`LaunchExtrasError::SystemPromptUnsupported`] for a system prompt to an
-    /// `awp-jsonl` or `acp` agent.
+    /// As [`LaunchExtras::validate`], [`LaunchExtrasError::RemoteUrl`] for an extra argument with a remote URL
+    /// when the agent is not opted in, and [`LaunchExtrasError::SystemPromptUnsupported`] for a system prompt to
+    /// an `awp-jsonl` or `acp` agent.
     pub fn apply(&self, agent: &AgentSpec) -> Result<AgentSpec, LaunchExtrasError> {
         self.validate()?;
+        if !agent.launch.remote_api_opt_in
+            && let Some(index) = self
+                .agent_args
+                .iter()
+                .position(|a| agentwire_awp::launch::contains_remote_url(a))
+        {
+            return Err(LaunchExtrasError::RemoteUrl {
+                index,
+                hint: crate::agents::remote_opt_in_hint(agent.source),
+            });
+        }
         let mut out = agent.clone();
         out.launch
             .prefix_args
@@ -185,6 +207,7 @@ mod tests {
     fn agent(protocol: AgentProtocol) -> AgentSpec {
         AgentSpec {
             name: "a".to_owned(),
+            source: crate::agents::AgentSource::ConfigFile,
             protocol,
             launch: {
                 let mut l = agentwire_awp::LaunchConfig::new("/bin/agent");

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::ids::{IdError, RunId, ThreadId};
 
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
@@ -95,14 +95,17 @@ pub enum StoreError {
     /// No thread has this id.
     #[error("thread {0} not found")]
     ThreadNotFound(ThreadId),
-    /// The thread has a live running run (its lock file is held by another turn): a second turn would resume the
-    /// same native session concurrently.
-    #[error("thread {thread} is busy: run {run} is still running")]
+    /// The thread has a live running run (its lock file is held by another turn, or the turn's host died and
+    /// left its agent running): a second turn would resume the same native session concurrently.
+    #[error("thread {thread} is busy: run {run} {}", busy_detail(*.orphan_agent_pid))]
     ThreadBusy {
         /// The thread.
         thread: ThreadId,
         /// Its live run.
         run: RunId,
+        /// When the run's host is gone but its agent still runs: the agent's pid (= its process group id,
+        /// `runs.agent_pid`). The message says how to end it. `None` while a live host holds the run.
+        orphan_agent_pid: Option<u32>,
     },
     /// No thread id starts with this prefix (see [`Store::resolve_thread`]).
     #[error("no thread id starts with {0}")]
@@ -280,6 +283,10 @@ pub struct ThreadRecord {
     /// The directory the thread's agent runs in (absolute, UTF-8), recorded when the thread was created; `None`
     /// for threads created before schema 3 (their turns run where the host runs).
     pub cwd: Option<String>,
+    /// The directory [`cwd`](Self::cwd) named when the thread was created: its `(device, inode)` (`stat` of the
+    /// path, links followed). `None` for a thread created before schema 6, or whose directory could not be
+    /// inspected then.
+    pub cwd_identity: Option<(u64, u64)>,
     /// Status of the thread's latest run (by start time); `None` for a thread without runs.
     pub last_run_status: Option<RunStatus>,
 }
@@ -383,7 +390,8 @@ pub struct NewRun<'a> {
     /// Title of a new thread (bounded like a prompt title); `None` derives it from `prompt`. Ignored for an
     /// existing thread.
     pub title: Option<&'a str>,
-    /// Working directory recorded on a new thread ([`ThreadRecord::cwd`]). Ignored for an existing thread.
+    /// Working directory recorded on a new thread ([`ThreadRecord::cwd`]; its device and inode are recorded with
+    /// it, [`ThreadRecord::cwd_identity`]). Ignored for an existing thread.
     pub cwd: Option<&'a str>,
 }
 
@@ -509,12 +517,60 @@ fn enable_wal(conn: &Connection, busy_timeout: Duration) -> Result<String, Store
     }
 }
 
+/// The end of [`StoreError::ThreadBusy`]'s message.
+fn busy_detail(orphan_agent_pid: Option<u32>) -> String {
+    match orphan_agent_pid {
+        None => "is still running".to_owned(),
+        Some(pid) => format!(
+            "was left running by an awp-host that exited, and its agent (pid {pid}, process group {pid}) still \
+             runs; end it with `kill -TERM -- -{pid}` (`kill -KILL -- -{pid}` if it stays) and the thread takes \
+             turns again"
+        ),
+    }
+}
+
+/// What keeps a `running` run alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunHolder {
+    /// Nothing: the run is orphaned (its host and agent are gone).
+    Nobody,
+    /// A live turn holds its lock file.
+    Host,
+    /// No host, but the agent process group (pid = pgid) recorded on the run has a live member.
+    OrphanAgent(i64),
+}
+
+impl RunHolder {
+    /// [`StoreError::ThreadBusy`] for `run` of `thread` held by this (`None` for [`RunHolder::Nobody`]).
+    pub(crate) fn busy(self, thread: ThreadId, run: RunId) -> Option<StoreError> {
+        let orphan_agent_pid = match self {
+            RunHolder::Nobody => return None,
+            RunHolder::Host => None,
+            RunHolder::OrphanAgent(pid) => u32::try_from(pid).ok(),
+        };
+        Some(StoreError::ThreadBusy {
+            thread,
+            run,
+            orphan_agent_pid,
+        })
+    }
+}
+
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed) and the
 /// agent process group recorded on the run (`runs.agent_pid`, see `Store::record_agent_pid`) has no live member:
 /// a host killed with its agent still running leaves the thread busy until that agent is gone.
 fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool, StoreError> {
+    Ok(run_holder(conn, locks_dir, run)? == RunHolder::Nobody)
+}
+
+/// What keeps `run` alive ([`run_orphaned`] says whether anything does).
+pub(crate) fn run_holder(
+    conn: &Connection,
+    locks_dir: &Path,
+    run: &RunId,
+) -> Result<RunHolder, StoreError> {
     if !run_lock_free(locks_dir, run)? {
-        return Ok(false);
+        return Ok(RunHolder::Host);
     }
     let pid: Option<i64> = conn
         .query_row(
@@ -525,7 +581,10 @@ fn run_orphaned(conn: &Connection, locks_dir: &Path, run: &RunId) -> Result<bool
         .optional()
         .map_err(db("checking a run's agent"))?
         .flatten();
-    Ok(!pid.is_some_and(manage::agent_group_alive))
+    Ok(match pid {
+        Some(pid) if manage::agent_group_alive(pid) => RunHolder::OrphanAgent(pid),
+        _ => RunHolder::Nobody,
+    })
 }
 
 /// True when no live turn holds `run`'s lock file in `locks_dir` (a stale free lock file is removed).
@@ -706,8 +765,24 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         )
         .map_err(db("migrating to schema 5"))?;
     }
+    if version < 6 {
+        // Which directory a thread's `cwd` named when it was created (device and inode): a path that now leads
+        // elsewhere (replaced by a link, or by another directory) is refused instead of moving the thread.
+        tx.execute_batch(
+            "ALTER TABLE threads ADD COLUMN cwd_dev INTEGER;
+             ALTER TABLE threads ADD COLUMN cwd_ino INTEGER;
+             PRAGMA user_version = 6;",
+        )
+        .map_err(db("migrating to schema 6"))?;
+    }
     tx.commit().map_err(db("migrating"))?;
     Ok(())
+}
+
+/// `(device, inode)` of the directory at `path` (links followed); `None` when it cannot be inspected.
+pub fn dir_identity(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Cuts the first non-empty line of `prompt` to `max_chars` characters (appending `…` when cut).
@@ -960,8 +1035,10 @@ impl Store {
                 let Ok(other) = RunId::parse(&id) else {
                     continue;
                 };
-                if !run_orphaned(&tx, &locks_dir, &other)? {
-                    return Err(StoreError::ThreadBusy { thread, run: other });
+                if let Some(busy) =
+                    run_holder(&tx, &locks_dir, &other)?.busy(thread.clone(), other.clone())
+                {
+                    return Err(busy);
                 }
                 tx.execute(
                     "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'
@@ -974,9 +1051,18 @@ impl Store {
         let thread_id = match run.thread {
             ThreadChoice::New { agent } => {
                 let id = guard.thread_id.clone();
+                let identity = run.cwd.and_then(dir_identity);
                 tx.execute(
-                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms, cwd) VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
-                    params![id.as_str(), agent, title_from_prompt(run.title.unwrap_or(run.prompt), max_title), now, run.cwd],
+                    "INSERT INTO threads (id, agent, title, created_at_ms, updated_at_ms, cwd, cwd_dev, cwd_ino) VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7)",
+                    params![
+                        id.as_str(),
+                        agent,
+                        title_from_prompt(run.title.unwrap_or(run.prompt), max_title),
+                        now,
+                        run.cwd,
+                        identity.map(|(dev, _)| dev.cast_signed()),
+                        identity.map(|(_, ino)| ino.cast_signed()),
+                    ],
                 )
                 .map_err(db("creating a thread"))?;
                 id
@@ -1405,7 +1491,7 @@ macro_rules! thread_select {
     ($tail:literal) => {
         concat!(
             "SELECT t.id, t.agent, t.title, t.session_id, t.created_at_ms, t.updated_at_ms, ",
-            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd, ",
+            "(SELECT COUNT(*) FROM runs r WHERE r.thread_id = t.id), t.cwd, t.cwd_dev, t.cwd_ino, ",
             "(SELECT r.status FROM runs r WHERE r.thread_id = t.id ORDER BY r.started_at_ms DESC, r.rowid DESC LIMIT 1) ",
             "FROM threads t ",
             $tail
@@ -1430,6 +1516,8 @@ type ThreadRow = (
     i64,
     i64,
     Option<String>,
+    Option<i64>,
+    Option<i64>,
     Option<String>,
 );
 
@@ -1444,11 +1532,14 @@ fn thread_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ThreadRow> {
         r.get(6)?,
         r.get(7)?,
         r.get(8)?,
+        r.get(9)?,
+        r.get(10)?,
     ))
 }
 
 fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
-    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd, last) = row;
+    let (id, agent, title, session_id, created_at_ms, updated_at_ms, runs, cwd, dev, ino, last) =
+        row;
     Ok(ThreadRecord {
         id: parse_thread(&id)?,
         agent,
@@ -1458,6 +1549,9 @@ fn into_thread(row: ThreadRow) -> Result<ThreadRecord, StoreError> {
         updated_at_ms,
         run_count: to_u64(runs),
         cwd,
+        cwd_identity: dev
+            .zip(ino)
+            .map(|(dev, ino)| (dev.cast_unsigned(), ino.cast_unsigned())),
         last_run_status: last.as_deref().map(RunStatus::parse).transpose()?,
     })
 }
@@ -1776,7 +1870,7 @@ mod tests {
         // Make it what awp-host wrote before managed tasks: schema 1, no `tasks` table.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
+            "DROP TABLE tasks; ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE threads DROP COLUMN cwd_dev; ALTER TABLE threads DROP COLUMN cwd_ino; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              DROP TABLE provider_models; DROP TABLE providers;
              PRAGMA user_version = 1;",
         )
@@ -1824,7 +1918,7 @@ mod tests {
         // What awp-host wrote before schema 3: no `cwd` column.
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
-            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
+            "ALTER TABLE threads DROP COLUMN cwd; ALTER TABLE threads DROP COLUMN cwd_dev; ALTER TABLE threads DROP COLUMN cwd_ino; ALTER TABLE runs DROP COLUMN error_reason; ALTER TABLE runs DROP COLUMN agent_pid;
              DROP TABLE provider_models; DROP TABLE providers;
              PRAGMA user_version = 2;",
         )
@@ -1833,6 +1927,46 @@ mod tests {
         let store = open(tmp.path());
         let t = store.thread(&thread).unwrap().unwrap();
         assert_eq!((t.title.as_str(), t.cwd), ("here", None));
+    }
+
+    #[test]
+    fn a_new_thread_records_its_directorys_device_and_inode() {
+        use std::os::unix::fs::MetadataExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("project");
+        std::fs::create_dir(&dir).unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        let mut store = open(tmp.path());
+        let mut run = new_run(new_thread(), "here", None);
+        let dir_str = dir.to_str().unwrap().to_owned();
+        run.cwd = Some(&dir_str);
+        let run = store.begin_run(run).unwrap();
+        let thread = run.thread_id.clone();
+        store.finish_run(run, &succeeded()).unwrap();
+        let t = store.thread(&thread).unwrap().unwrap();
+        assert_eq!(t.cwd_identity, Some((meta.dev(), meta.ino())));
+        // A directory that cannot be inspected records none.
+        let run = store
+            .begin_run(new_run(new_thread(), "nowhere", None))
+            .unwrap();
+        let none = run.thread_id.clone();
+        store.finish_run(run, &succeeded()).unwrap();
+        assert_eq!(store.thread(&none).unwrap().unwrap().cwd_identity, None);
+        // Threads of schema 5 (before the identity columns) gain no identity when migrated.
+        drop(store);
+        let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE threads DROP COLUMN cwd_dev; ALTER TABLE threads DROP COLUMN cwd_ino;
+             PRAGMA user_version = 5;",
+        )
+        .unwrap();
+        drop(conn);
+        let store = open(tmp.path());
+        let t = store.thread(&thread).unwrap().unwrap();
+        assert_eq!(
+            (t.cwd.as_deref(), t.cwd_identity),
+            (Some(dir_str.as_str()), None)
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use agentwire_awp::control::{self, ControlMessage};
 use agentwire_awp::{
-    AgentSession, ContentBlock, LaunchError, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
+    AgentSession, ContentBlock, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
@@ -42,7 +42,7 @@ pub struct TurnOptions {
     pub first_output_timeout: Option<Duration>,
     /// Working directory of the agent in a new thread, recorded on the thread (absolute, UTF-8). A thread that
     /// recorded a directory always runs there instead (checked before the run is recorded:
-    /// [`TurnSetupError::ThreadCwdMissing`]); a thread without one (created before schema 3, or with this
+    /// [`TurnSetupError::ThreadCwdMissing`], [`TurnSetupError::ThreadCwdReplaced`]); a thread without one (created before schema 3, or with this
     /// `None`) runs here. Default `None` (the host's working directory, nothing recorded).
     pub cwd: Option<PathBuf>,
     /// Assistant text is written to the store whenever this many bytes are pending, at each tool use and at the
@@ -256,9 +256,10 @@ pub enum TurnSetupError {
     Launch {
         /// The agent.
         agent: String,
-        /// The failed rule.
+        /// The failed rule, phrased for where the agent is defined ([`crate::agents::ConfigError::from_launch`]);
+        /// always [`crate::agents::ConfigError::Launch`].
         #[source]
-        source: LaunchError,
+        source: crate::agents::ConfigError,
     },
     /// The prompt is empty and there are no attachments.
     #[error("the prompt is empty")]
@@ -271,6 +272,19 @@ pub enum TurnSetupError {
         thread: ThreadId,
         /// Its recorded directory.
         cwd: PathBuf,
+    },
+    /// The thread's recorded working directory now leads elsewhere: the path is a symbolic link now, or names
+    /// another directory (device and inode differ from those recorded with the thread, schema 6). The agent
+    /// would run somewhere else than the thread's earlier turns (and lose its per-directory session).
+    #[error("thread {thread} runs in {}, which {what}; the agent would run somewhere else (restore the directory, or start a new thread)", .cwd.display())]
+    ThreadCwdReplaced {
+        /// The thread.
+        thread: ThreadId,
+        /// Its recorded directory.
+        cwd: PathBuf,
+        /// What the path is now: `is now a symbolic link to …` or `is now another directory than when the
+        /// thread was created`.
+        what: String,
     },
     /// [`TurnOptions::cwd`] is not valid UTF-8, so it cannot be recorded on the thread.
     #[error("the working directory {} is not valid UTF-8", .0.display())]
@@ -298,6 +312,7 @@ impl TurnSetupError {
             TurnSetupError::Launch { source, .. } => source.code(),
             TurnSetupError::EmptyPrompt => "empty_prompt",
             TurnSetupError::ThreadCwdMissing { .. } => "thread_cwd_missing",
+            TurnSetupError::ThreadCwdReplaced { .. } => "thread_cwd_replaced",
             TurnSetupError::CwdNotUtf8(_) => "cwd_not_utf8",
             TurnSetupError::Provider { source, .. } => source.code(),
             TurnSetupError::Store(e) => e.code(),
@@ -807,6 +822,47 @@ pub async fn run_turn_live(
     run_turn_inner(store, agent, request, options, observer, cancel, Some(live)).await
 }
 
+/// The recorded directory `dir` of `thread`, checked: still a directory ([`TurnSetupError::ThreadCwdMissing`]),
+/// not a symbolic link now, and the same directory as recorded when `identity` (device, inode) is known
+/// ([`TurnSetupError::ThreadCwdReplaced`]). A turn of the thread runs there only when this passes.
+///
+/// # Errors
+/// [`TurnSetupError::ThreadCwdMissing`], [`TurnSetupError::ThreadCwdReplaced`].
+pub fn check_thread_cwd(
+    thread: &ThreadId,
+    dir: PathBuf,
+    identity: Option<(u64, u64)>,
+) -> Result<PathBuf, TurnSetupError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let replaced = |dir: PathBuf, what: String| TurnSetupError::ThreadCwdReplaced {
+        thread: thread.clone(),
+        cwd: dir,
+        what,
+    };
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        let target = std::fs::read_link(&dir)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|_| "?".to_owned());
+        return Err(replaced(dir, format!("is now a symbolic link to {target}")));
+    }
+    let Some(meta) = std::fs::metadata(&dir)
+        .ok()
+        .filter(std::fs::Metadata::is_dir)
+    else {
+        return Err(TurnSetupError::ThreadCwdMissing {
+            thread: thread.clone(),
+            cwd: dir,
+        });
+    };
+    if identity.is_some_and(|recorded| recorded != (meta.dev(), meta.ino())) {
+        return Err(replaced(
+            dir,
+            "is now another directory than when the thread was created".to_owned(),
+        ));
+    }
+    Ok(dir)
+}
+
 async fn run_turn_inner(
     store: &mut Store,
     agent: &AgentSpec,
@@ -855,16 +911,11 @@ async fn run_turn_inner(
                 None => None,
             };
             let cwd = match thread.cwd {
-                Some(dir) => {
-                    let dir = PathBuf::from(dir);
-                    if !dir.is_dir() {
-                        return Err(TurnSetupError::ThreadCwdMissing {
-                            thread: id.clone(),
-                            cwd: dir,
-                        });
-                    }
-                    Some(dir)
-                }
+                Some(dir) => Some(check_thread_cwd(
+                    id,
+                    PathBuf::from(dir),
+                    thread.cwd_identity,
+                )?),
                 None => options.cwd.clone(),
             };
             (ThreadChoice::Existing(id.clone()), resume, cwd)
@@ -883,9 +934,9 @@ async fn run_turn_inner(
             .launch
             .plan(request.model.as_deref(), resume.as_ref(), None)
     }
-    .map_err(|source| TurnSetupError::Launch {
+    .map_err(|e| TurnSetupError::Launch {
         agent: agent.name.clone(),
-        source,
+        source: crate::agents::ConfigError::from_launch(&e, agent.source),
     })?;
     plan.args
         .extend(agent.extra_args().into_iter().map(str::to_owned));

@@ -333,3 +333,53 @@ async fn usage_update_is_recorded_as_the_runs_usage() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_question_waits_until_the_tool_call_announced_before_it_was_observed() {
+    use std::sync::{Arc, Mutex};
+    // `tools` mode: the agent announces `tool_call` call-1, then asks permission for it. The question (here the
+    // permission closure) must come after the observer (the renderer's `⚙` line) has seen that call: on the
+    // terminal the question is the last thing printed, not followed by the tool line.
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = acp_agent(tmp.path(), &["--mode", "tools"]);
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    for round in 0..5 {
+        let observed: Arc<Mutex<Vec<String>>> = Arc::default();
+        let at_question: Arc<Mutex<Option<Vec<String>>>> = Arc::default();
+        let options = TurnOptions {
+            acp_permissions: {
+                let observed = observed.clone();
+                let at_question = at_question.clone();
+                agentwire_host::acp_turn::AcpPermissions::new(move |request| {
+                    *at_question.lock().unwrap() = Some(observed.lock().unwrap().clone());
+                    let outcome = agentwire_host::acp_turn::allow_outcome(&request.options)
+                        .expect("an allow option");
+                    Box::pin(async move { outcome })
+                })
+            },
+            ..TurnOptions::default()
+        };
+        let seen = observed.clone();
+        let report = run_turn(
+            &mut store,
+            &agent,
+            request("write it"),
+            &options,
+            &mut |event: &NormalizedEvent| {
+                if let NormalizedEvent::ToolUse { id, .. } = event {
+                    seen.lock().unwrap().push(id.clone());
+                }
+            },
+            std::future::pending(),
+        )
+        .await
+        .expect("turn recorded");
+        assert_eq!(report.status, RunStatus::Succeeded, "round {round}");
+        let asked = at_question.lock().unwrap().clone();
+        assert_eq!(
+            asked.as_deref(),
+            Some(&["call-1".to_owned()][..]),
+            "round {round}: the question came before the observer saw the tool call"
+        );
+    }
+}

@@ -385,3 +385,33 @@ async fn a_live_agent_serves_several_turns_on_one_process_and_restarts_after_a_c
     live.stop().await;
     assert!(live.pid().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_refused_at_turn_time_is_phrased_in_agents_toml_terms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut fx = agent(tmp.path(), "fx", "awp-jsonl", "normal");
+    let mut store = Store::open(&tmp.path().join("data")).unwrap();
+    // The launch is validated again at each turn: an argument added since the load (as `--agent-arg` does)
+    // breaks the remote-URL rule, and the hint is the agents.toml switch, not the environment variable.
+    fx.launch
+        .prefix_args
+        .push("https://api.example.com".to_owned());
+    let err = run_turn(
+        &mut store,
+        &fx,
+        request(None, "hi"),
+        &TurnOptions::default(),
+        &mut |_| {},
+        std::future::pending(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "remote_url_not_allowed");
+    let chain = format!("{err}: {}", std::error::Error::source(&err).unwrap());
+    assert!(
+        chain.contains("args argument 2")
+            && chain.contains("remote_api_opt_in = true on the agent in agents.toml"),
+        "{chain}"
+    );
+    assert!(!chain.contains("AWP_AGENT"), "{chain}");
+}

@@ -495,6 +495,10 @@ mod tests {
             ("agentTokens.issue", Decision::Allow, denied_caller.clone()),
             ("agentTokens.revoke", Decision::Allow, denied_caller.clone()),
             ("tools.list", Decision::Allow, Decision::Allow),
+            ("ocr.getRuntimeStatus", Decision::Allow, Decision::Allow),
+            ("ocr.extractUpload", Decision::Allow, denied_caller.clone()),
+            ("ocr.extractArtifact", Decision::Allow, Decision::Allow),
+            ("ocr.clearCache", Decision::Allow, denied_caller.clone()),
             // Unresolved (no bundle): the strictest row; the host resolves `mutates:` first.
             (
                 "tools.call",

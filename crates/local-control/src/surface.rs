@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use crate::caller::{Principal, Scope};
 use crate::policy::{self, EffectDecision, PolicyError};
 
+mod ocr;
 mod providers;
 
 /// What a method does, which decides the policy row. On the wire kebab-case, e.g. `"local-maintenance"`.
@@ -302,7 +303,7 @@ impl Surface {
     /// settings methods (issue 7), plus agentwire's own `threads.list`, `threads.get`,
     /// `approvals.listPending`, `runs.exportTranscript`, `tools.list` and `tools.call`.
     pub fn standard() -> Surface {
-        match Surface::from_specs(standard_specs()) {
+        match Surface::from_specs(standard_specs().into_iter().chain(ocr::specs()).collect()) {
             Ok(surface) => surface,
             // The standard table is a constant checked by `standard_surface_is_valid`; an empty surface
             // (deny everything) is the fail-closed answer should it ever be wrong.
@@ -788,9 +789,11 @@ mod tests {
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
         assert_eq!(issue7_specs().len(), 21);
+        // Plus provider/model administration (`surface/providers.rs`).
         assert_eq!(providers::specs().len(), 11);
-        assert_eq!(surface.specs().len(), standard_specs().len());
-        assert_eq!(Surface::standard().specs().len(), standard_specs().len());
+        assert_eq!(surface.specs().len(), 21 + 11);
+        // Plus the OCR domain (`surface/ocr.rs`).
+        assert_eq!(Surface::standard().specs().len(), 21 + 11 + 4);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! `cargo build --workspace --bins`.
 //!
 //! Modules: [`proc`] (portable process liveness for group-kill asserts), [`bench`] (the custom benches' smoke
-//! switch), [`jsonrpc_peer`], [`acp_python`] and [`openai_server`] (a loopback OpenAI-compatible server). Only ever a dev-dependency.
+//! switch), [`jsonrpc_peer`], [`acp_python`], [`openai_server`] (a loopback OpenAI-compatible server) and
+//! [`text_image`] (images and PDFs with text for OCR tests). Only ever a dev-dependency.
 
 use std::path::PathBuf;
 
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod jsonrpc_peer;
 pub mod openai_server;
 pub mod proc;
+pub mod text_image;
 
 /// Path of a workspace binary named `name` in the target directory the running test was built into.
 ///

@@ -13,7 +13,9 @@
 //! approval (CLI mutation guard: a fresh approval per request, failing closed at once with no renderer) → dispatch;
 //! every decision is written to the audit log (method, effect, outcome, hash of the redacted arguments).
 
+pub mod admission;
 pub mod approver;
+mod ocr;
 mod providers;
 mod runs;
 pub mod settings;
@@ -47,6 +49,7 @@ use crate::agents::AgentRegistry;
 use crate::detached::{AgentEnv, RunEvents, RunManager};
 use crate::turn::TurnOptions;
 
+pub use ocr::OcrConfig;
 pub use runs::RunBridge;
 
 /// The agent-token variable DeepChat's CLI reads (`DEEPCHAT_CLI_AGENT_TOKEN`).
@@ -54,8 +57,9 @@ pub const AGENT_TOKEN_ENV: &str = "DEEPCHAT_CLI_AGENT_TOKEN";
 
 /// Scopes of the token an agent launched by the host gets: read its own runs and artifacts, cancel its own runs,
 /// read the host's status and public settings, list the app's tools and call those whose TOOL.md says
-/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), and list providers and models
-/// and read model configurations (`providers:read`, `models:read`; every provider/model mutation is human-only).
+/// `mutates: false` (`skills:read`; a mutating tool is denied to every agent token), list providers and models and
+/// read model configurations (`providers:read`, `models:read`; every provider/model mutation is human-only), read the
+/// OCR runtime's status and extract text from its own artifacts (`ocr:read`, `ocr:extract`; never `ocr:manage`).
 /// Never `sessions:run` (an agent cannot start runs).
 pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SystemRead,
@@ -67,6 +71,8 @@ pub const AGENT_SCOPES: &[Scope] = &[
     Scope::SkillsRead,
     Scope::ProvidersRead,
     Scope::ModelsRead,
+    Scope::OcrRead,
+    Scope::OcrExtract,
 ];
 
 /// How the control plane is set up. Every field documents its default.
@@ -85,6 +91,12 @@ pub struct ControlConfig {
     /// The app bundle whose tools `tools.list`/`tools.call` serve (`awp-host serve --app DIR`), loaded with
     /// [`tools::tool_limits`]. Default `None`: `tools.list` answers `[]` and `tools.call` `not_found`.
     pub app: Option<PathBuf>,
+    /// Background compute admission (model/media/OCR and agents' tool calls). Default
+    /// [`admission::AdmissionLimits::default`].
+    pub admission: admission::AdmissionLimits,
+    /// Offline OCR helpers and bounds. Default [`OcrConfig::default`] (`tesseract`, `pdftoppm`, `pdfinfo` on
+    /// `PATH`).
+    pub ocr: OcrConfig,
 }
 
 impl ControlConfig {
@@ -97,6 +109,8 @@ impl ControlConfig {
             turn_options: TurnOptions::default(),
             approval_timeout: Duration::from_secs(120),
             app: None,
+            admission: admission::AdmissionLimits::default(),
+            ocr: OcrConfig::default(),
         }
     }
 }
@@ -158,6 +172,10 @@ pub(crate) struct Inner {
     /// The host environment at open, the source of the tools' `sandbox.env.pass` and secrets (as for
     /// `awp-host tools call`).
     pub(crate) tool_env: std::collections::BTreeMap<String, String>,
+    /// Background compute admission ([`admission`]).
+    pub(crate) admission: admission::ComputeAdmission,
+    /// Offline OCR runtime and cache.
+    pub(crate) ocr: ocr::OcrService,
 }
 
 /// The control plane; cheap to clone (a shared handle).
@@ -180,6 +198,17 @@ pub struct Grant {
     caller: Caller,
     method: &'static str,
     token: Option<RequestGrant>,
+    /// Held while a background compute request runs ([`admission`]); `None` for everything else.
+    compute: Option<admission::ComputePermit>,
+}
+
+impl Grant {
+    /// The compute capacity this request holds, `None` unless the method is background compute
+    /// ([`admission::compute_domain`]); its [`queue_ms`](admission::ComputePermit::queue_ms) is the wait
+    /// DeepChat reports as `latency.queueMs`.
+    pub fn compute_permit(&self) -> Option<&admission::ComputePermit> {
+        self.compute.as_ref()
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -241,6 +270,8 @@ impl ControlPlane {
             stats: OnceLock::new(),
             app,
             tool_env: agentwire_cli_driver::CallContext::from_process_env().env,
+            admission: admission::ComputeAdmission::new(config.admission.clone()),
+            ocr: ocr::OcrService::new(config.ocr.clone(), &config.data_dir),
         });
         let plane = ControlPlane { inner };
         let events: RunEvents = {
@@ -295,6 +326,17 @@ impl ControlPlane {
         self.inner.app.as_deref()
     }
 
+    /// The background compute admission every `compute` method but `sessions.runDetached` passes
+    /// ([`admission`]); handlers read their wait from [`Grant::compute_permit`].
+    pub fn compute_admission(&self) -> &admission::ComputeAdmission {
+        &self.inner.admission
+    }
+
+    /// The artifact spool (owned output artifacts; owners are `human` or `agent:<conversation id>`).
+    pub fn spool(&self) -> &ArtifactSpool {
+        &self.inner.spool
+    }
+
     /// The approval broker (attach the approvals console as a renderer).
     pub fn approvals(&self) -> &Approvals {
         &self.inner.approvals
@@ -312,6 +354,7 @@ impl ControlPlane {
     /// Shutdown, in the spec's order after the server stopped accepting: cancel live runs (bounded by `grace`),
     /// close event subscribers, cancel every approval, revoke every token, clear the spool.
     pub async fn shutdown(&self, grace: Duration) {
+        self.inner.ocr.close();
         let left = self.runs().shutdown(grace).await;
         if !left.is_empty() {
             tracing::warn!(
@@ -643,22 +686,65 @@ impl ControlPlane {
                     return Err(error(code, e.to_string()));
                 }
                 self.audit(&caller, spec, params, Outcome::Approved, request_id);
+                let compute = match self.admit_compute(ctx, &caller, spec, params).await {
+                    Ok(compute) => compute,
+                    Err(e) => {
+                        self.audit(&caller, spec, params, Outcome::RateLimited, request_id);
+                        release(token);
+                        return Err(e);
+                    }
+                };
                 return Ok(Grant {
                     caller,
                     method: spec.method,
                     token,
+                    compute,
                 });
             }
         }
+        // Compute admission after policy (DeepChat's order): a refusal is audited as `rate-limited` instead of
+        // `allowed`.
+        let compute = match self.admit_compute(ctx, &caller, spec, params).await {
+            Ok(compute) => compute,
+            Err(e) => {
+                self.audit(&caller, spec, params, Outcome::RateLimited, request_id);
+                release(token);
+                return Err(e);
+            }
+        };
         self.audit(&caller, spec, params, Outcome::Allowed, request_id);
         Ok(Grant {
             caller,
             method: spec.method,
             token,
+            compute,
         })
     }
 
+    /// Background compute admission for `spec` ([`admission::compute_domain`]); `None` for a method that is not
+    /// background compute. Waiting in the queue ends with the request (`ctx.cancel`).
+    async fn admit_compute(
+        &self,
+        ctx: &RequestContext,
+        caller: &Caller,
+        spec: &MethodSpec,
+        params: &Value,
+    ) -> Result<Option<admission::ComputePermit>, ErrorBody> {
+        let effect = policy::resolve_effect(spec, params);
+        let Some(domain) = admission::compute_domain(spec.method, effect) else {
+            return Ok(None);
+        };
+        let request = admission::ComputeRequest::new(spec.method, domain, caller);
+        tokio::select! {
+            admitted = self.inner.admission.admit(request) => admitted
+                .map(Some)
+                .map_err(|e| e.to_error_body()),
+            () = ctx.cancel.cancelled() => Err(error(ErrorCode::Cancelled, "cancelled while waiting for compute capacity")),
+        }
+    }
+
     fn end(&self, grant: &mut Grant) {
+        grant.compute = None;
         if let Some(token) = grant.token.take() {
             lock(&self.inner.tokens).end_request(token);
         }
@@ -766,16 +852,20 @@ impl Service for ControlPlane {
 
     async fn upload(
         &self,
-        _ctx: &RequestContext,
+        ctx: &RequestContext,
         mut grant: Grant,
         request: UploadRequestEnvelope,
-        _file: UploadedFile,
+        file: UploadedFile,
     ) -> Result<Value, ErrorBody> {
+        let answer = match grant.method {
+            m if ocr::handles(m) => ocr::upload(self, ctx, &grant, request, file).await,
+            _ => Err(error(
+                ErrorCode::NotFound,
+                format!("{} takes no upload on this host", request.request().method),
+            )),
+        };
         self.end(&mut grant);
-        Err(error(
-            ErrorCode::NotFound,
-            format!("{} takes no upload on this host", request.request().method),
-        ))
+        answer
     }
 
     async fn download(
@@ -943,6 +1033,7 @@ impl ControlPlane {
                 })
             }
             m if providers::handles(m) => providers::dispatch(self, m, p).await,
+            m if ocr::handles(m) => ocr::dispatch(self, ctx, grant, p).await,
             other => Err(error(
                 ErrorCode::NotFound,
                 format!("{other} is not served on /v1/rpc"),

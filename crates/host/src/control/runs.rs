@@ -669,7 +669,7 @@ pub(super) fn thread_get(
     })
 }
 
-fn spool_owner(caller: &Caller) -> String {
+pub(super) fn spool_owner(caller: &Caller) -> String {
     match caller.conversation_id() {
         Some(conversation) => format!("agent:{conversation}"),
         None => "human".to_owned(),
@@ -694,7 +694,7 @@ fn wire_artifact(meta: agentwire_spool::ArtifactMetadata) -> wire_artifacts::Art
     }
 }
 
-fn spool_error(e: &agentwire_spool::SpoolError) -> ErrorBody {
+pub(super) fn spool_error(e: &agentwire_spool::SpoolError) -> ErrorBody {
     let code = ErrorCode::parse(e.code()).unwrap_or(ErrorCode::InternalError);
     error(code, e.to_string()).retriable(e.is_retriable())
 }

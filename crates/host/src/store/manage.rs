@@ -5,7 +5,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Store, StoreError, ThreadRecord, db, now_ms, run_orphaned, to_u64};
+use super::{Store, StoreError, ThreadRecord, db, now_ms, run_holder, to_u64};
 use crate::ids::{RunId, ThreadId};
 
 /// Most candidates [`StoreError::ThreadAmbiguous`] lists (the count says how many match in all).
@@ -207,11 +207,8 @@ impl Store {
             let Ok(run) = RunId::parse(&run) else {
                 continue;
             };
-            if !run_orphaned(&tx, &locks_dir, &run)? {
-                return Err(StoreError::ThreadBusy {
-                    thread: id.clone(),
-                    run,
-                });
+            if let Some(busy) = run_holder(&tx, &locks_dir, &run)?.busy(id.clone(), run) {
+                return Err(busy);
             }
         }
         let count = |sql: &str| -> Result<u64, StoreError> {
@@ -238,14 +235,21 @@ impl Store {
         })
     }
 
-    /// Sets thread `id`'s title to `title` (surrounding whitespace trimmed) and its update time to now.
+    /// Sets thread `id`'s title to `title` and its update time to now. The title is stored trimmed, with every
+    /// inner run of whitespace collapsed to one space (`"a   b"` becomes `"a b"`); the length bound applies to
+    /// that.
     ///
     /// # Errors
     /// [`StoreError::InvalidTitle`] for a title that is empty, longer than
-    /// [`super::StoreConfig::max_title_chars`] characters or holds control characters;
+    /// [`super::StoreConfig::max_title_chars`] characters or holds control characters (tab and newline too);
     /// [`StoreError::ThreadNotFound`]; [`StoreError::Database`].
     pub fn rename_thread(&mut self, id: &ThreadId, title: &str) -> Result<(), StoreError> {
-        let title = title.trim();
+        if title.chars().any(char::is_control) {
+            return Err(StoreError::InvalidTitle(
+                "holds control characters".to_owned(),
+            ));
+        }
+        let title = title.split_whitespace().collect::<Vec<_>>().join(" ");
         let max = self.config.max_title_chars;
         if title.is_empty() {
             return Err(StoreError::InvalidTitle("empty".to_owned()));
@@ -254,11 +258,6 @@ impl Store {
             return Err(StoreError::InvalidTitle(format!(
                 "longer than {max} characters"
             )));
-        }
-        if title.chars().any(char::is_control) {
-            return Err(StoreError::InvalidTitle(
-                "holds control characters".to_owned(),
-            ));
         }
         let op = "renaming a thread";
         let tx = self.write_tx(op)?;
@@ -516,6 +515,29 @@ mod tests {
         );
         store.rename_thread(&id, "  spaced  ").unwrap();
         assert_eq!(store.thread(&id).unwrap().unwrap().title, "spaced");
+        // Inner runs of whitespace collapse to one space (no-break and ideographic spaces too); the bound counts
+        // the collapsed title.
+        store
+            .rename_thread(&id, " two   words \u{a0}\u{3000} and  more ")
+            .unwrap();
+        assert_eq!(
+            store.thread(&id).unwrap().unwrap().title,
+            "two words and more"
+        );
+        store
+            .rename_thread(
+                &id,
+                &format!("{}   {}", "a".repeat(max / 2), "b".repeat(max / 2 - 1)),
+            )
+            .unwrap();
+        assert_eq!(
+            store.thread(&id).unwrap().unwrap().title.chars().count(),
+            max
+        );
+        assert_eq!(
+            store.rename_thread(&id, "a\tb").unwrap_err().code(),
+            "invalid_title"
+        );
         let other = ThreadId::random().unwrap();
         assert_eq!(
             store.rename_thread(&other, "x").unwrap_err().code(),

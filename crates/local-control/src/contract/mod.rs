@@ -18,6 +18,7 @@
 pub mod artifacts;
 pub mod cli;
 pub mod model_config;
+pub mod ocr;
 pub mod ours;
 pub mod providers;
 pub mod runs;
