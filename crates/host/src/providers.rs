@@ -463,6 +463,26 @@ impl ProviderRegistry {
     }
 
     fn seed_builtin(&mut self) -> Result<(), ProviderError> {
+        // The common case (everything seeded) reads only: no write lock per open.
+        let placeholders = vec!["?"; BUILTIN_MODELS.len()].join(",");
+        let seeded: i64 = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT (SELECT count(*) FROM providers WHERE id=?)
+                          + (SELECT count(*) FROM provider_models WHERE provider_id=? AND model_id IN ({placeholders}))"
+                ),
+                rusqlite::params_from_iter(
+                    [BUILTIN_PROVIDER_ID, BUILTIN_PROVIDER_ID]
+                        .into_iter()
+                        .chain(BUILTIN_MODELS.iter().map(|(id, _)| *id)),
+                ),
+                |r| r.get(0),
+            )
+            .map_err(db("reading the built-in provider"))?;
+        if usize::try_from(seeded).is_ok_and(|n| n > BUILTIN_MODELS.len()) {
+            return Ok(());
+        }
         let now = now_ms();
         let tx = self
             .conn
@@ -971,9 +991,29 @@ mod tests {
         assert_eq!(resolved.provider_id, BUILTIN_PROVIDER_ID);
         assert_eq!(resolved.model_id, "builtin-demo");
         assert!(resolved.base_url.is_none() && resolved.api_key.is_none());
-        // Reopening keeps one built-in provider.
+        // Reopening keeps one built-in provider; a missing built-in model is seeded again.
+        drop(registry);
+        let conn = Connection::open(tmp.path().join(crate::store::DATABASE_FILE)).unwrap();
+        conn.execute(
+            "DELETE FROM provider_models WHERE model_id=?1",
+            params![agentwire_provider::BUILTIN_VIDEO_MODEL],
+        )
+        .unwrap();
+        drop(conn);
         let registry = open(tmp.path());
         assert_eq!(registry.list(false).unwrap().len(), 1);
+        let models: Vec<String> = registry
+            .models(BUILTIN_PROVIDER_ID)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.model_id)
+            .collect();
+        assert_eq!(models.len(), BUILTIN_MODELS.len());
+        assert!(
+            models
+                .iter()
+                .any(|m| m == agentwire_provider::BUILTIN_VIDEO_MODEL)
+        );
     }
 
     #[test]
