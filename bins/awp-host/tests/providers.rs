@@ -458,6 +458,19 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     assert!(agents.stdout.contains("(provider local-llm)"), "{agents:?}");
     outputs.push(agents);
     outputs.push(host.run(&["threads", "list", "--json"]).await);
+    // `check --agent` launches the agent as `chat` does: with the provider's URL, model and key.
+    let before = upstream.requests().len();
+    let check = host.run(&["check", "--agent", "llm", "--json"]).await;
+    assert_eq!(check.code, 0, "{check:?}");
+    assert!(
+        upstream
+            .requests()
+            .iter()
+            .skip(before)
+            .any(|r| r.authorization.as_deref() == Some(format!("Bearer {PLANTED_KEY}").as_str())),
+        "the checked agent used the provider's key"
+    );
+    outputs.push(check);
 
     // Updates: a rename is no endpoint change; a new base URL is (agents launched earlier keep the old one).
     let rename = allowed(
@@ -1119,8 +1132,11 @@ async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_ru
          [[agents]]\nname = \"far\"\nprotocol = \"awp-jsonl\"\nexecutable = \"{0}\"\nprovider = \"remote\"\n",
         agentwire_testkit::bin_path("awp-agent").display()
     ));
-    // Unknown provider.
+    // Unknown provider: neither `chat` nor `check` starts the agent.
     let out = host.run(&["chat", "--agent", "llm", "hello"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("provider_not_found"), "{out:?}");
+    let out = host.run(&["check", "--agent", "llm"]).await;
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("provider_not_found"), "{out:?}");
     let mut registry = ProviderRegistry::open(&host.data).expect("registry");
