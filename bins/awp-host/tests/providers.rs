@@ -318,6 +318,34 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     .await;
     assert_eq!(ok(&enable)["enabled"], true);
     outputs.push(enable);
+    // The runtime list is the stored models plus what the provider's catalog offers (disabled until enabled).
+    let runtime = rpc(
+        &client(&host),
+        "models.listRuntime",
+        json!({"providerId": id}),
+    )
+    .await
+    .expect("listRuntime");
+    let listed: Vec<(String, bool)> = runtime["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["id"].as_str().unwrap().to_owned(),
+                m["enabled"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("test-chat".to_owned(), true),
+            ("test-image".to_owned(), false),
+            ("test-speech".to_owned(), false),
+            ("test-video".to_owned(), false),
+        ]
+    );
     let get = deepchat(
         &host,
         &[

@@ -8,9 +8,10 @@
 //!
 //! Shapes follow DeepChat's provider settings (`src/main/cli/providerModelAdminRoutes.ts`: providers get a random
 //! UUID id, `custom: true`, an adapter `apiType` and a base URL; the built-in provider's adapter cannot change).
-//! Where we differ: DeepChat loads a provider's model catalog from the provider; here a custom provider's models
-//! are the ids enabled with [`ProviderRegistry::set_model_status`] (enabling an unknown id adds it), and the
-//! built-in provider's models are [`BUILTIN_MODELS`].
+//! Where we differ: DeepChat keeps a provider's model catalog loaded from the provider; here a custom provider's
+//! stored models are the ids enabled with [`ProviderRegistry::set_model_status`] (enabling an unknown id adds it;
+//! the control plane's `models.listRuntime` shows the provider's live catalog beside them), and the built-in
+//! provider's models are [`BUILTIN_MODELS`].
 
 pub mod credentials;
 

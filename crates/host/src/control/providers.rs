@@ -304,13 +304,25 @@ pub(super) async fn dispatch(
         }
         wire_models::ListRuntime::NAME => {
             let params = params::<wire_models::ListRuntime>(p)?;
-            let models = with_registry(plane, "list models", move |registry| {
-                registry.models(&params.provider_id)
+            let (models, endpoint) = with_registry(plane, "list models", move |registry| {
+                let models = registry.models(&params.provider_id)?;
+                let endpoint = registry.endpoint(&params.provider_id)?;
+                Ok((models, endpoint))
             })
             .await?;
-            result::<wire_models::ListRuntime>(&ListRuntimeResult {
-                models: models.iter().map(runtime_model).collect(),
-            })
+            let mut listed: Vec<ModelSummary> = models.iter().map(runtime_model).collect();
+            let (provider, key) = endpoint;
+            if let (true, Some(base_url)) = (provider.enabled, provider.base_url.clone()) {
+                for id in catalog(base_url, key).await {
+                    if listed.len() >= wire::MAX_LISTED_MODELS {
+                        break;
+                    }
+                    if !listed.iter().any(|m| m.id == id) {
+                        listed.push(catalog_model(&provider.id, id));
+                    }
+                }
+            }
+            result::<wire_models::ListRuntime>(&ListRuntimeResult { models: listed })
         }
         wire_models::SetStatus::NAME => {
             let params = params::<wire_models::SetStatus>(p)?;
@@ -354,6 +366,53 @@ pub(super) async fn dispatch(
             ErrorCode::NotFound,
             format!("{other} is not served on /v1/rpc"),
         )),
+    }
+}
+
+/// The model ids an enabled custom provider lists (`GET <base>/models`), within [`PROVIDER_TEST_TIMEOUT`]; empty when
+/// it does not answer (the stored models are listed anyway; upstream errors never cross).
+async fn catalog(base_url: String, key: Option<ApiKey>) -> Vec<String> {
+    let config = agentwire_provider::OpenAiConfig {
+        base_url,
+        api_key: key,
+        default_model: None,
+        limits: agentwire_provider::Limits {
+            connect_timeout: PROVIDER_TEST_TIMEOUT,
+            total_timeout: PROVIDER_TEST_TIMEOUT,
+            ..agentwire_provider::Limits::default()
+        },
+    };
+    let Ok(client) = agentwire_provider::OpenAiProvider::new(config) else {
+        return Vec::new();
+    };
+    match tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models()).await {
+        Ok(Ok(models)) => models
+            .into_iter()
+            .map(|m| m.id)
+            .filter(|id| !id.chars().any(char::is_control))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A model the provider lists but the host has not stored: disabled until `models.setStatus` enables (adds) it.
+fn catalog_model(provider_id: &str, id: String) -> ModelSummary {
+    let config = crate::providers::default_config(
+        agentwire_local_control::contract::model_config::ModelType::Chat,
+    );
+    ModelSummary {
+        name: id.clone(),
+        id,
+        group: crate::providers::DEFAULT_GROUP.to_owned(),
+        provider_id: provider_id.to_owned(),
+        enabled: Some(false),
+        is_custom: Some(false),
+        vision: Some(config.vision),
+        function_call: Some(config.function_call),
+        reasoning: Some(config.reasoning),
+        model_type: Some(config.model_type),
+        context_length: Some(config.context_length),
+        max_tokens: Some(config.max_tokens),
     }
 }
 
