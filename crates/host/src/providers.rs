@@ -367,6 +367,19 @@ fn check_url(url: &str) -> Result<(), ProviderError> {
     Ok(())
 }
 
+/// [`ProviderError::NameTaken`] for a violation of the unique provider name (two adds racing past
+/// `check_name_free`); the error back otherwise.
+fn name_taken(e: rusqlite::Error, name: &str) -> Result<ProviderError, rusqlite::Error> {
+    match &e {
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            Ok(ProviderError::NameTaken(name.to_owned()))
+        }
+        _ => Err(e),
+    }
+}
+
 fn provider_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProviderRecord> {
     Ok(ProviderRecord {
         id: r.get(0)?,
@@ -753,7 +766,7 @@ impl ProviderRegistry {
                     now
                 ],
             )
-            .map_err(db("adding a provider"))?;
+            .map_err(|e| name_taken(e, &new.name).unwrap_or_else(|e| ProviderError::Store(db("adding a provider")(e))))?;
         self.require(&id)
     }
 
@@ -805,7 +818,10 @@ impl ProviderRegistry {
                     now_ms()
                 ],
             )
-            .map_err(db("updating a provider"))?;
+            .map_err(|e| {
+                let name = change.name.clone().unwrap_or_default();
+                name_taken(e, &name).unwrap_or_else(|e| ProviderError::Store(db("updating a provider")(e)))
+            })?;
         Ok((self.require(id)?, endpoint_changed))
     }
 
@@ -1134,6 +1150,26 @@ mod tests {
         );
         assert_eq!(
             registry.add(local(BUILTIN_PROVIDER_ID)).unwrap_err().code(),
+            "provider_name_taken"
+        );
+    }
+
+    #[test]
+    fn the_store_itself_refuses_a_second_provider_of_the_same_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut registry = open(tmp.path());
+        registry.add(local("dup")).unwrap();
+        // Two adds racing past the name check: the unique index still refuses the second, as NameTaken.
+        let err = registry
+            .conn
+            .execute(
+                "INSERT INTO providers (id, name, api_type, base_url, enabled, custom, created_at_ms,
+                 updated_at_ms) VALUES ('x', 'dup', 'openai', NULL, 1, 1, 0, 0)",
+                [],
+            )
+            .unwrap_err();
+        assert_eq!(
+            name_taken(err, "dup").unwrap().code(),
             "provider_name_taken"
         );
     }

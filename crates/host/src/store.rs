@@ -750,6 +750,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
                 created_at_ms INTEGER NOT NULL,
                 updated_at_ms INTEGER NOT NULL
             ) STRICT;
+            CREATE UNIQUE INDEX providers_name ON providers(name);
             CREATE TABLE provider_models (
                 provider_id TEXT NOT NULL REFERENCES providers(id) ON DELETE CASCADE,
                 model_id TEXT NOT NULL,
