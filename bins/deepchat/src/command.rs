@@ -98,6 +98,17 @@ pub enum StdinFormat {
     JsonObject,
 }
 
+impl StdinFormat {
+    /// How `--stdin` of `method` is read (DeepChat `runCli` decides by contract name too).
+    pub fn of(method: &str) -> StdinFormat {
+        match method {
+            "providers.setCredential" => StdinFormat::Credential,
+            "models.setPublicConfig" => StdinFormat::JsonObject,
+            _ => StdinFormat::Text,
+        }
+    }
+}
+
 /// One parsed command, ready to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
@@ -107,10 +118,8 @@ pub struct Invocation {
     pub method: &'static str,
     /// Params (before stdin is merged in).
     pub params: Value,
-    /// Params field that receives stdin (`--stdin`), if any.
+    /// Params field that receives stdin (`--stdin`), if any; how it is read is [`StdinFormat::of`] the method.
     pub stdin_field: Option<&'static str>,
-    /// How stdin becomes that field's value.
-    pub stdin_format: StdinFormat,
     /// Transport.
     pub operation: Operation,
 }
@@ -794,7 +803,6 @@ pub(crate) fn rpc(command: &'static str, method: &'static str, params: Value) ->
         method,
         params,
         stdin_field: None,
-        stdin_format: StdinFormat::Text,
         operation: Operation::Rpc,
     }
 }

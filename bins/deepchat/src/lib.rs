@@ -319,7 +319,7 @@ async fn execute(
 ) -> Result<Success, Failure> {
     let mut params = invocation.params.clone();
     if let Some(field) = invocation.stdin_field {
-        let value = match invocation.stdin_format {
+        let value = match command::StdinFormat::of(invocation.method) {
             command::StdinFormat::Text => {
                 Value::String(io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?)
             }

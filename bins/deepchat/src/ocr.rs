@@ -61,7 +61,6 @@ fn rpc(command: &'static str, method: &'static str, params: Value) -> Invocation
         method,
         params,
         stdin_field: None,
-        stdin_format: crate::command::StdinFormat::Text,
         operation: Operation::Rpc,
     }
 }

@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 
-use crate::command::{Globals, Invocation, StdinFormat, TimeoutClass, rpc};
+use crate::command::{Globals, Invocation, TimeoutClass, rpc};
 
 /// `deepchat provider <verb>`.
 #[derive(Debug, Subcommand)]
@@ -246,7 +246,6 @@ pub(crate) fn provider(verb: ProviderVerb) -> Result<Built, String> {
             let params = json!({ "providerId": a.provider, "action": "set", "kind": "api-key" });
             let mut invocation = rpc("provider set-credential", "providers.setCredential", params);
             invocation.stdin_field = Some("value");
-            invocation.stdin_format = StdinFormat::Credential;
             (a.globals, invocation, ApprovedMutation)
         }
         ProviderVerb::ClearCredential(a) => {
@@ -305,7 +304,6 @@ pub(crate) fn model(verb: ModelAdminVerb) -> Result<Built, String> {
             let params = json!({ "providerId": a.provider, "modelId": a.model });
             let mut invocation = rpc("model config-set", "models.setPublicConfig", params);
             invocation.stdin_field = Some("config");
-            invocation.stdin_format = StdinFormat::JsonObject;
             (a.globals, invocation, ApprovedMutation)
         }
         ModelAdminVerb::ConfigReset(a) => {
@@ -567,7 +565,7 @@ mod tests {
             match parse(&argv(line), &|_| None) {
                 Ok(Parsed::Call { invocation, .. }) => {
                     assert_eq!(invocation.stdin_field, Some(field));
-                    assert_eq!(invocation.stdin_format, format);
+                    assert_eq!(StdinFormat::of(invocation.method), format);
                 }
                 other => panic!("{line}: {other:?}"),
             }
