@@ -1125,7 +1125,10 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         b"",
     )
     .await;
-    failed(&remove, 6, "conflict");
+    assert_eq!(
+        failed(&remove, 6, "conflict")["details"]["code"],
+        "builtin_provider_immutable"
+    );
     let url = allowed(
         &host,
         &mut server,

@@ -47,9 +47,12 @@ pub(super) fn handles(method: &str) -> bool {
     METHODS.contains(&method)
 }
 
-/// The wire error of a registry failure. Messages never hold a credential (the registry's errors cannot).
+/// The wire error of a registry failure, with the registry's stable code in `details.code` (e.g.
+/// `provider_name_taken`). Messages never hold a credential (the registry's errors cannot).
 pub(crate) fn provider_error(e: &ProviderError, action: &str) -> ErrorBody {
-    match e {
+    let mut details = serde_json::Map::new();
+    details.insert("code".into(), Value::String(e.code().to_owned()));
+    let body = match e {
         ProviderError::ProviderNotFound(_) => error(ErrorCode::NotFound, "Provider was not found"),
         ProviderError::ModelNotFound { .. } => error(ErrorCode::NotFound, "Model was not found"),
         ProviderError::NoEnabledModel(_)
@@ -65,7 +68,8 @@ pub(crate) fn provider_error(e: &ProviderError, action: &str) -> ErrorBody {
             tracing::warn!(code = e.code(), "provider administration failed: {action}");
             error(ErrorCode::Unavailable, format!("Could not {action}")).retriable(true)
         }
-    }
+    };
+    body.with_details(details)
 }
 
 /// Runs `work` on a registry of the plane's data directory on the blocking pool.
