@@ -1079,6 +1079,29 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         answer.expect_err("unknown field").code.as_str(),
         "invalid_request"
     );
+    // Route body limits (DeepChat's surface entries): 16 KiB for providers.addPublic, 64 KiB for
+    // models.setPublicConfig, 128 KiB for providers.setCredential; a larger body is refused before it is parsed.
+    for (method, params) in [
+        (
+            "providers.addPublic",
+            json!({"name": "n".repeat(16 * 1024), "apiType": "openai", "baseUrl": "https://h"}),
+        ),
+        (
+            "models.setPublicConfig",
+            json!({"providerId": "builtin", "modelId": "builtin-demo", "config": {"x": "y".repeat(64 * 1024)}}),
+        ),
+        (
+            "providers.setCredential",
+            json!({"providerId": id, "action": "set", "kind": "api-key", "value": "k".repeat(128 * 1024)}),
+        ),
+    ] {
+        let answer = rpc(&human, method, params).await;
+        assert_eq!(
+            answer.expect_err(method).code.as_str(),
+            "body_too_large",
+            "{method}"
+        );
+    }
     // None of the refused requests ever reached the renderer.
     let pending = deepchat(&host, &["approval", "list", "--json"]).await;
     assert_eq!(ok(&pending)["approvals"], json!([]));
