@@ -452,14 +452,21 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     )
     .await;
     let run_id = ok(&run)["runId"].as_str().unwrap().to_owned();
+    let thread = ok(&run)["sessionId"].as_str().unwrap().to_owned();
     outputs.push(run);
     let watch = deepchat(&host, &["run", "watch", "--run", &run_id, "--jsonl"]).await;
     assert_eq!(watch.code, 0, "{watch:?}");
     outputs.push(watch);
     let got = deepchat(&host, &["run", "get", "--run", &run_id, "--json"]).await;
-    let answer = ok(&got)["messages"][1]["text"].as_str().unwrap().to_owned();
+    let snapshot = ok(&got);
+    let answer = snapshot["messages"][1]["text"].as_str().unwrap().to_owned();
     assert!(answer.contains("Hello from the test server."), "{answer}");
     outputs.push(got);
+    let shown = host.run(&["threads", "show", &thread, "--json"]).await;
+    assert_eq!(shown.code, 0, "{shown:?}");
+    outputs.push(shown);
+    outputs.push(host.run(&["threads", "show", &thread]).await);
+    outputs.push(deepchat(&host, &["thread", "show", "--thread", &thread, "--json"]).await);
     let chat = upstream
         .requests()
         .into_iter()
