@@ -135,6 +135,7 @@ const OS_TOOLS: &[(&str, &[&str])] = &[
     ("jq", &["jq"]),
     ("uuidgen", &["uuid-runtime"]),
     ("tmux", &["tmux"]),
+    ("file", &["file"]),
     ("tesseract", &["tesseract-ocr", "tesseract-ocr-eng"]),
     ("pdftoppm", &["poppler-utils"]),
     ("pdfinfo", &["poppler-utils"]),

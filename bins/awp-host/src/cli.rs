@@ -113,6 +113,13 @@ pub struct ServeArgs {
     /// foreground), on (read answers from stdin even when it is not a terminal), off
     #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "on", "off"])]
     pub console: String,
+    /// The Tesseract executable offline OCR runs (`ocr.*`, `deepchat ocr`): a name looked up on PATH or a path.
+    /// When it cannot run, `deepchat ocr status` says unavailable and extractions fail with `unavailable`
+    #[arg(long, value_name = "PATH", default_value = "tesseract")]
+    pub ocr_tesseract: std::ffi::OsString,
+    /// Tesseract language of OCR, e.g. `eng` or `deu` (its traineddata must be installed; `tesseract --list-langs`)
+    #[arg(long, value_name = "LANG", default_value = "eng", value_parser = parse_ocr_language)]
+    pub ocr_language: String,
 }
 
 const CHAT_EXAMPLES: &str = "\
@@ -443,4 +450,17 @@ pub struct ToolsCallArgs {
     /// Print one JSON object: `{"ok":true,"output":…}` or `{"ok":false,"error":{"code","message",…}}`
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--ocr-language`: one Tesseract language code (ASCII letters, digits and `_`), 1 to 64 bytes.
+fn parse_ocr_language(value: &str) -> Result<String, String> {
+    let valid = (1..=64).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if valid {
+        Ok(value.to_owned())
+    } else {
+        Err("expected one Tesseract language code such as eng or chi_sim (1 to 64 letters, digits or _)".to_owned())
+    }
 }

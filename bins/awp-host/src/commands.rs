@@ -39,7 +39,9 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Agents(AgentsCommand::List { json }) => {
             agents_list(cli.config_dir.as_deref(), json)
         }
-        Command::Check(args) => check(cli.config_dir.as_deref(), args).await,
+        Command::Check(args) => {
+            check(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
+        }
         Command::Tools(cmd) => crate::tools::run(cmd).await,
         Command::Serve(args) => {
             crate::serve::serve(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
@@ -645,6 +647,7 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "executable": e.executable.as_ref().map(|p| p.display().to_string()),
         "resolved_executable": e.resolved_executable.as_ref().map(|p| p.display().to_string()),
         "model": e.model,
+        "provider": e.status.as_ref().ok().and_then(|spec| spec.provider.clone()),
         "line": e.location.map(|(line, _)| line),
         "column": e.location.map(|(_, column)| column),
         "default": e.name == default,
@@ -691,7 +694,18 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
                 line(&e.name)
             ),
             line(e.protocol.as_deref().unwrap_or("-")),
-            line(e.model.as_deref().unwrap_or("-")),
+            line(&match (
+                e.model.as_deref(),
+                e.status
+                    .as_ref()
+                    .ok()
+                    .and_then(|spec| spec.provider.as_deref()),
+            ) {
+                (model, Some(provider)) => {
+                    format!("{} (provider {provider})", model.unwrap_or("-"))
+                }
+                (model, None) => model.unwrap_or("-").to_owned(),
+            }),
             line(&executable),
             line(&status),
         ]);
@@ -726,7 +740,11 @@ fn command_line_terms(evidence: &str) -> String {
 
 /// `awp-host check`: the agent from `-- CMD ARGS…` or `--agent NAME`, plus every `--env`, checked with the AWP or
 /// ACP engine.
-async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failure> {
+async fn check(
+    data_dir: Option<&Path>,
+    config_dir: Option<&Path>,
+    args: CheckArgs,
+) -> Result<Exit, Failure> {
     use agentwire_awp::conformance::{CheckPlan, Outcome, run_check};
     let (mut launch, is_acp, named) = match &args.agent {
         Some(name) => {
@@ -742,6 +760,20 @@ async fn check(config_dir: Option<&Path>, args: CheckArgs) -> Result<Exit, Failu
             // except `--permission-prompt-tool stdio`: the check does not speak the control protocol, so nobody
             // would answer the agent's `can_use_tool` requests.
             let mut launch = agent.launch.clone();
+            // An agent using a host provider gets its URL, model and key as `chat` gives them.
+            if let Some(provider) = &agent.provider {
+                let dir = paths::data_dir(data_dir, &env_lookup)
+                    .map_err(|e| Failure::from_error(Exit::Usage, e.code(), &e))?;
+                let model = args.model.as_deref().or(launch.default_model.as_deref());
+                let env = agentwire_host::providers::agent_env(
+                    &dir,
+                    provider,
+                    model,
+                    launch.remote_api_opt_in,
+                )
+                .map_err(|e| Failure::from_error(Exit::AgentUnavailable, e.code(), &e))?;
+                launch.env.extend(env);
+            }
             let permission_args = agentwire_awp::control::PERMISSION_PROMPT_TOOL_ARGS;
             launch.prefix_args.extend(
                 agent

@@ -63,6 +63,8 @@ pub async fn serve(
     let mut config = ControlConfig::new(&dir, env!("CARGO_PKG_VERSION"));
     config.deepchat_dir = crate::commands::deepchat_dir();
     config.app = args.app.clone();
+    config.ocr.tesseract = args.ocr_tesseract.clone();
+    config.ocr.language = args.ocr_language.clone();
     let plane = ControlPlane::open(config, registry)
         .await
         .map_err(|e| match e {

@@ -14,7 +14,14 @@ use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
 const LINE: &str = "AGENT WIRE TEXT 42";
 
 async fn serve(host: &Host, env: &[(&str, &str)]) -> Child {
-    let mut child = host.spawn_with_env(&["serve", "--console", "off"], env);
+    serve_args(host, &[], env).await
+}
+
+/// `awp-host serve --console off EXTRA…` with `env`, once it listens.
+async fn serve_args(host: &Host, extra: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut args = vec!["serve", "--console", "off"];
+    args.extend_from_slice(extra);
+    let mut child = host.spawn_with_env(&args, env);
     let mut stdout = child.take_stdout().expect("stdout");
     let line = read_until(&mut stdout, "\n").await;
     assert!(
@@ -273,4 +280,39 @@ async fn without_tesseract_on_path_status_says_so_and_extract_is_unavailable() {
         "{text:?}"
     );
     stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_ocr_flags_choose_the_engine_and_its_language() {
+    let host = Host::new();
+    host.agents_toml("");
+    let png = write(
+        &host,
+        "line.png",
+        &text_image::png(&text_image::render(&[LINE], 5)),
+    );
+
+    // An engine path that names nothing: unavailable, never a crash.
+    let missing = host.path("no-such-tesseract").display().to_string();
+    let server = serve_args(&host, &["--ocr-tesseract", &missing], &[]).await;
+    let status = ok_result(&deepchat(&host, &["ocr", "status", "--json"], &[]).await);
+    assert_eq!(status["availability"]["status"], "unavailable", "{status}");
+    let out = deepchat(&host, &["ocr", "extract", "--file", &png, "--json"], &[]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(error_of(&out)["code"], "unavailable");
+    stop(server).await;
+
+    // A language whose data is not installed: the extraction says so.
+    let server = serve_args(&host, &["--ocr-language", "zzz"], &[]).await;
+    let out = deepchat(&host, &["ocr", "extract", "--file", &png, "--json"], &[]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(error_of(&out)["code"], "unavailable");
+    stop(server).await;
+
+    // A malformed language is a usage error of serve itself.
+    let out = host
+        .run(&["serve", "--console", "off", "--ocr-language", "eng;rm"])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--ocr-language"), "{out:?}");
 }

@@ -89,6 +89,28 @@ pub enum Operation {
     },
 }
 
+/// How `--stdin` is read and placed (DeepChat `src/cli/run.ts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinFormat {
+    /// UTF-8 text as is, at most 4 MiB.
+    Text,
+    /// An API key: at most 64 KiB (`PROVIDER_CREDENTIAL_MAX_BYTES`), one trailing `\n` or `\r\n` dropped.
+    Credential,
+    /// A JSON object (`models.setPublicConfig`'s `config`), at most 4 MiB.
+    JsonObject,
+}
+
+impl StdinFormat {
+    /// How `--stdin` of `method` is read (DeepChat `runCli` decides by contract name too).
+    pub fn of(method: &str) -> StdinFormat {
+        match method {
+            "providers.setCredential" => StdinFormat::Credential,
+            "models.setPublicConfig" => StdinFormat::JsonObject,
+            _ => StdinFormat::Text,
+        }
+    }
+}
+
 /// One parsed command, ready to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Invocation {
@@ -98,7 +120,7 @@ pub struct Invocation {
     pub method: &'static str,
     /// Params (before stdin is merged in).
     pub params: Value,
-    /// Params field that receives stdin (`--stdin`), if any.
+    /// Params field that receives stdin (`--stdin`), if any; how it is read is [`StdinFormat::of`] the method.
     pub stdin_field: Option<&'static str>,
     /// Transport.
     pub operation: Operation,
@@ -159,7 +181,10 @@ enum Domain {
     /// Pending approvals (agentwire; read-only).
     #[command(subcommand, disable_help_subcommand = true)]
     Approval(ApprovalVerb),
-    /// Models: list and invoke.
+    /// Providers: list, test, add, update, credentials, remove.
+    #[command(subcommand, disable_help_subcommand = true)]
+    Provider(crate::providers::ProviderVerb),
+    /// Models: list and invoke; enable, disable, public configuration.
     #[command(subcommand, disable_help_subcommand = true)]
     Model(crate::compute::ModelVerb),
     /// Image generation.
@@ -402,7 +427,7 @@ enum ApprovalVerb {
 
 /// Top-level help (`deepchat help`).
 pub fn top_help() -> String {
-    [
+    let mut lines = vec![
         "Usage: deepchat <domain> <verb> [options]",
         "",
         "Commands:",
@@ -422,6 +447,9 @@ pub fn top_help() -> String {
         "  thread list          List threads",
         "  thread show          Show a thread and its messages",
         "  approval list        List pending approvals",
+    ];
+    lines.extend_from_slice(crate::providers::HELP_LINES);
+    lines.extend_from_slice(&[
         "  model list           List models (all providers, or --provider)",
         "  model invoke         Invoke a model once, streaming its answer",
         "  image generate       Generate images into owned artifacts",
@@ -435,8 +463,8 @@ pub fn top_help() -> String {
         "Global flags (after the verb): --json | --jsonl, --timeout <ms>, --help",
         "Environment: DEEPCHAT_CLI_OUTPUT=text|json|jsonl, DEEPCHAT_CLI_TIMEOUT_MS=<ms>",
         "Exit codes: 0 ok, 2 usage, 3 unavailable, 4 auth, 5 approval, 6 domain, 7 timeout/cancel, 8 internal",
-    ]
-    .join("\n")
+    ]);
+    lines.join("\n")
 }
 
 fn parse_output_env(value: Option<&str>) -> Result<OutputMode, String> {
@@ -764,6 +792,7 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
             rpc("approval list", "approvals.listPending", json!({})),
             Standard,
         ),
+        Domain::Provider(verb) => crate::providers::provider(verb)?,
         Domain::Model(verb) => crate::compute::build_model(verb)?,
         Domain::Image(verb) => crate::compute::build_image(verb)?,
         Domain::Video(verb) => crate::compute::build_video(verb)?,
@@ -788,7 +817,7 @@ fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, Strin
     })
 }
 
-fn rpc(command: &'static str, method: &'static str, params: Value) -> Invocation {
+pub(crate) fn rpc(command: &'static str, method: &'static str, params: Value) -> Invocation {
     Invocation {
         command,
         method,

@@ -37,6 +37,9 @@ pub(crate) enum ModelVerb {
     List(ModelListArgs),
     /// Invoke a model once, streaming its answer (models.invoke; no tools, session or memory).
     Invoke(ModelInvokeArgs),
+    /// The administration verbs (`enable`, `disable`, `config-get`, `config-set`, `config-reset`).
+    #[command(flatten)]
+    Admin(crate::providers::ModelAdminVerb),
 }
 
 #[derive(Debug, Args)]
@@ -271,6 +274,7 @@ fn stream_invocation(
 /// `model …`.
 pub(crate) fn build_model(verb: ModelVerb) -> Result<(Globals, Invocation, TimeoutClass), String> {
     match verb {
+        ModelVerb::Admin(verb) => crate::providers::model(verb),
         ModelVerb::List(a) => {
             let mut params = Map::new();
             if let Some(p) = a.provider {

@@ -17,6 +17,8 @@ use crate::Failure;
 pub const DEEPCHAT_DATA_DIR_ENV: &str = "DEEPCHAT_E2E_USER_DATA_DIR";
 /// awp-host's data dir override (`crates/host/src/paths.rs`).
 pub const HOST_DATA_DIR_ENV: &str = "AWP_HOST_DATA_DIR";
+/// Largest API key read from stdin, bytes (DeepChat `PROVIDER_CREDENTIAL_MAX_BYTES`, 64 KiB).
+pub const MAX_CREDENTIAL_STDIN_BYTES: usize = 64 * 1024;
 /// Largest stdin payload, bytes (4 MiB).
 pub const MAX_STDIN_BYTES: usize = 4 * 1024 * 1024;
 

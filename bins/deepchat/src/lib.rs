@@ -14,6 +14,7 @@ pub mod command;
 mod compute;
 pub mod io;
 mod ocr;
+mod providers;
 pub mod render;
 
 use std::future::Future;
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 use agentwire_local_control::client::{Client, ClientError};
 use agentwire_local_control::contract::{
-    self, ContractError, Method, artifacts, cli, media, models, ocr as wire_ocr, ours, runs,
-    settings,
+    self, ContractError, Method, artifacts, cli, media, model_config, models, ocr as wire_ocr,
+    ours, providers as wire_providers, runs, settings,
 };
 use agentwire_local_control::descriptor;
 use agentwire_local_control::envelope::{
@@ -276,6 +277,17 @@ macro_rules! by_method {
             "speech.generate" => $f::<media::SpeechGenerate>($value),
             "audio.transcribeUpload" => $f::<media::TranscribeUpload>($value),
             "audio.transcribeArtifact" => $f::<media::TranscribeArtifact>($value),
+            "providers.listPublic" => $f::<wire_providers::ListPublic>($value),
+            "providers.testPublicConnection" => $f::<wire_providers::TestPublicConnection>($value),
+            "providers.addPublic" => $f::<wire_providers::AddPublic>($value),
+            "providers.updatePublic" => $f::<wire_providers::UpdatePublic>($value),
+            "providers.remove" => $f::<wire_providers::Remove>($value),
+            "providers.setCredential" => $f::<wire_providers::SetCredential>($value),
+            "models.listRuntime" => $f::<model_config::ListRuntime>($value),
+            "models.setStatus" => $f::<model_config::SetStatus>($value),
+            "models.getPublicConfig" => $f::<model_config::GetPublicConfig>($value),
+            "models.setPublicConfig" => $f::<model_config::SetPublicConfig>($value),
+            "models.resetConfig" => $f::<model_config::ResetConfig>($value),
             "ocr.getRuntimeStatus" => $f::<wire_ocr::GetRuntimeStatus>($value),
             "ocr.clearCache" => $f::<wire_ocr::ClearCache>($value),
             "ocr.extractUpload" => $f::<wire_ocr::ExtractUpload>($value),
@@ -316,9 +328,39 @@ async fn execute(
 ) -> Result<Success, Failure> {
     let mut params = invocation.params.clone();
     if let Some(field) = invocation.stdin_field {
-        let text = io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?;
+        let value = match command::StdinFormat::of(invocation.method) {
+            command::StdinFormat::Text => {
+                Value::String(io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?)
+            }
+            command::StdinFormat::Credential => {
+                let text = io::read_bounded(stdin, io::MAX_CREDENTIAL_STDIN_BYTES).await?;
+                let key = text
+                    .strip_suffix("\r\n")
+                    .or_else(|| text.strip_suffix('\n'))
+                    .unwrap_or(&text);
+                Value::String(key.to_owned())
+            }
+            command::StdinFormat::JsonObject => {
+                let text = io::read_bounded(stdin, io::MAX_STDIN_BYTES).await?;
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(object @ Value::Object(_)) => object,
+                    Ok(_) => {
+                        return Err(Failure::new(
+                            ErrorCode::InvalidRequest,
+                            "stdin must be a JSON object",
+                        ));
+                    }
+                    Err(_) => {
+                        return Err(Failure::new(
+                            ErrorCode::InvalidRequest,
+                            "stdin must be valid JSON",
+                        ));
+                    }
+                }
+            }
+        };
         if let Value::Object(map) = &mut params {
-            map.insert(field.to_owned(), Value::String(text));
+            map.insert(field.to_owned(), value);
         }
     }
     let params = compute::finish_params(invocation.method, params);

@@ -61,6 +61,9 @@ fn messages(out: &mut String, result: &Value) {
 
 /// Text for a successful `method` with (already validated) `result`.
 pub fn result(method: &str, result: &Value) -> String {
+    if let Some(text) = crate::providers::render(method, result) {
+        return sanitize(&text);
+    }
     if let Some(text) = crate::ocr::render(method, result) {
         return sanitize(&text);
     }

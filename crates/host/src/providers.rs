@@ -8,9 +8,10 @@
 //!
 //! Shapes follow DeepChat's provider settings (`src/main/cli/providerModelAdminRoutes.ts`: providers get a random
 //! UUID id, `custom: true`, an adapter `apiType` and a base URL; the built-in provider's adapter cannot change).
-//! Where we differ: DeepChat loads a provider's model catalog from the provider; here a custom provider's models
-//! are the ids enabled with [`ProviderRegistry::set_model_status`] (enabling an unknown id adds it), and the
-//! built-in provider's models are [`BUILTIN_MODELS`].
+//! Where we differ: DeepChat keeps a provider's model catalog loaded from the provider; here a custom provider's
+//! stored models are the ids enabled with [`ProviderRegistry::set_model_status`] (enabling an unknown id adds it;
+//! the control plane's `models.listRuntime` shows the provider's live catalog beside them), and the built-in
+//! provider's models are [`BUILTIN_MODELS`].
 
 pub mod credentials;
 
@@ -366,6 +367,19 @@ fn check_url(url: &str) -> Result<(), ProviderError> {
     Ok(())
 }
 
+/// [`ProviderError::NameTaken`] for a violation of the unique provider name (two adds racing past
+/// `check_name_free`); the error back otherwise.
+fn name_taken(e: rusqlite::Error, name: &str) -> Result<ProviderError, rusqlite::Error> {
+    match &e {
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            Ok(ProviderError::NameTaken(name.to_owned()))
+        }
+        _ => Err(e),
+    }
+}
+
 fn provider_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ProviderRecord> {
     Ok(ProviderRecord {
         id: r.get(0)?,
@@ -463,6 +477,26 @@ impl ProviderRegistry {
     }
 
     fn seed_builtin(&mut self) -> Result<(), ProviderError> {
+        // The common case (everything seeded) reads only: no write lock per open.
+        let placeholders = vec!["?"; BUILTIN_MODELS.len()].join(",");
+        let seeded: i64 = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT (SELECT count(*) FROM providers WHERE id=?)
+                          + (SELECT count(*) FROM provider_models WHERE provider_id=? AND model_id IN ({placeholders}))"
+                ),
+                rusqlite::params_from_iter(
+                    [BUILTIN_PROVIDER_ID, BUILTIN_PROVIDER_ID]
+                        .into_iter()
+                        .chain(BUILTIN_MODELS.iter().map(|(id, _)| *id)),
+                ),
+                |r| r.get(0),
+            )
+            .map_err(db("reading the built-in provider"))?;
+        if usize::try_from(seeded).is_ok_and(|n| n > BUILTIN_MODELS.len()) {
+            return Ok(());
+        }
         let now = now_ms();
         let tx = self
             .conn
@@ -732,7 +766,7 @@ impl ProviderRegistry {
                     now
                 ],
             )
-            .map_err(db("adding a provider"))?;
+            .map_err(|e| name_taken(e, &new.name).unwrap_or_else(|e| ProviderError::Store(db("adding a provider")(e))))?;
         self.require(&id)
     }
 
@@ -784,7 +818,10 @@ impl ProviderRegistry {
                     now_ms()
                 ],
             )
-            .map_err(db("updating a provider"))?;
+            .map_err(|e| {
+                let name = change.name.clone().unwrap_or_default();
+                name_taken(e, &name).unwrap_or_else(|e| ProviderError::Store(db("updating a provider")(e)))
+            })?;
         Ok((self.require(id)?, endpoint_changed))
     }
 
@@ -971,9 +1008,29 @@ mod tests {
         assert_eq!(resolved.provider_id, BUILTIN_PROVIDER_ID);
         assert_eq!(resolved.model_id, "builtin-demo");
         assert!(resolved.base_url.is_none() && resolved.api_key.is_none());
-        // Reopening keeps one built-in provider.
+        // Reopening keeps one built-in provider; a missing built-in model is seeded again.
+        drop(registry);
+        let conn = Connection::open(tmp.path().join(crate::store::DATABASE_FILE)).unwrap();
+        conn.execute(
+            "DELETE FROM provider_models WHERE model_id=?1",
+            params![agentwire_provider::BUILTIN_VIDEO_MODEL],
+        )
+        .unwrap();
+        drop(conn);
         let registry = open(tmp.path());
         assert_eq!(registry.list(false).unwrap().len(), 1);
+        let models: Vec<String> = registry
+            .models(BUILTIN_PROVIDER_ID)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.model_id)
+            .collect();
+        assert_eq!(models.len(), BUILTIN_MODELS.len());
+        assert!(
+            models
+                .iter()
+                .any(|m| m == agentwire_provider::BUILTIN_VIDEO_MODEL)
+        );
     }
 
     #[test]
@@ -1093,6 +1150,26 @@ mod tests {
         );
         assert_eq!(
             registry.add(local(BUILTIN_PROVIDER_ID)).unwrap_err().code(),
+            "provider_name_taken"
+        );
+    }
+
+    #[test]
+    fn the_store_itself_refuses_a_second_provider_of_the_same_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut registry = open(tmp.path());
+        registry.add(local("dup")).unwrap();
+        // Two adds racing past the name check: the unique index still refuses the second, as NameTaken.
+        let err = registry
+            .conn
+            .execute(
+                "INSERT INTO providers (id, name, api_type, base_url, enabled, custom, created_at_ms,
+                 updated_at_ms) VALUES ('x', 'dup', 'openai', NULL, 1, 1, 0, 0)",
+                [],
+            )
+            .unwrap_err();
+        assert_eq!(
+            name_taken(err, "dup").unwrap().code(),
             "provider_name_taken"
         );
     }

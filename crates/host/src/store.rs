@@ -750,6 +750,7 @@ pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
                 created_at_ms INTEGER NOT NULL,
                 updated_at_ms INTEGER NOT NULL
             ) STRICT;
+            CREATE UNIQUE INDEX providers_name ON providers(name);
             CREATE TABLE provider_models (
                 provider_id TEXT NOT NULL REFERENCES providers(id) ON DELETE CASCADE,
                 model_id TEXT NOT NULL,
@@ -1952,13 +1953,12 @@ mod tests {
         let none = run.thread_id.clone();
         store.finish_run(run, &succeeded()).unwrap();
         assert_eq!(store.thread(&none).unwrap().unwrap().cwd_identity, None);
-        // Threads of schema 4 gain no identity when migrated.
+        // Threads of schema 5 (before the identity columns) gain no identity when migrated.
         drop(store);
         let conn = Connection::open(tmp.path().join(DATABASE_FILE)).unwrap();
         conn.execute_batch(
             "ALTER TABLE threads DROP COLUMN cwd_dev; ALTER TABLE threads DROP COLUMN cwd_ino;
-             DROP TABLE provider_models; DROP TABLE providers;
-             PRAGMA user_version = 4;",
+             PRAGMA user_version = 5;",
         )
         .unwrap();
         drop(conn);

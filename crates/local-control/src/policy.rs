@@ -517,9 +517,33 @@ mod tests {
                 Decision::NeedsApproval,
                 Decision::Deny(PolicyError::EffectDenied),
             ),
+            // Capability row 8: reads for both, the connection test for humans, mutations behind approval and
+            // human-only.
+            ("providers.listPublic", Decision::Allow, Decision::Allow),
+            (
+                "providers.testPublicConnection",
+                Decision::Allow,
+                denied_caller.clone(),
+            ),
+            ("models.listRuntime", Decision::Allow, Decision::Allow),
+            ("models.getPublicConfig", Decision::Allow, Decision::Allow),
         ];
-        // + 1: `tools.call` above; + 11: the provider/model administration methods, checked in `surface::providers`.
-        assert_eq!(rows.len() + 1 + 11, Surface::standard().specs().len());
+        let admin_mutations = [
+            "providers.addPublic",
+            "providers.updatePublic",
+            "providers.setCredential",
+            "providers.remove",
+            "models.setStatus",
+            "models.setPublicConfig",
+            "models.resetConfig",
+        ];
+        for method in admin_mutations {
+            check(&human, method, json!({}), Decision::NeedsApproval);
+            check(&agent, method, json!({}), denied_caller.clone());
+            check(&internal, method, json!({}), denied_caller.clone());
+        }
+        let rows_len = rows.len() + admin_mutations.len();
+        assert_eq!(rows_len + 1, Surface::standard().specs().len());
         for (method, for_human, for_agent) in rows {
             check(&human, method, json!({}), for_human);
             check(&agent, method, json!({}), for_agent);

@@ -794,6 +794,7 @@ mod tests {
     fn standard_surface_is_valid() {
         let surface = Surface::from_specs(standard_specs()).expect("standard surface");
         assert_eq!(issue7_specs().len(), 21);
+        // Plus provider/model administration (`surface/providers.rs`).
         assert_eq!(providers::specs().len(), 11);
         assert_eq!(models::specs().len(), 8);
         assert_eq!(ocr::specs().len(), 4);

@@ -664,10 +664,19 @@ impl ControlPlane {
             }
             Decision::NeedsApproval => {
                 let connection = ctx.connection_id.to_string();
+                let summary = match providers::review(spec.method, params) {
+                    None => spec.audit.project(params),
+                    Some(Ok(display)) => display,
+                    Some(Err(e)) => {
+                        self.audit(&caller, spec, params, Outcome::Denied, request_id);
+                        release(token);
+                        return Err(e);
+                    }
+                };
                 let display = serde_json::json!({
                     "operation": spec.method,
                     "effect": policy::resolve_effect(spec, params).as_str(),
-                    "summary": spec.audit.project(params),
+                    "summary": summary,
                 });
                 let mutation = CliMutation::new(&connection, spec.method, params)
                     .display(display)

@@ -47,9 +47,12 @@ pub(super) fn handles(method: &str) -> bool {
     METHODS.contains(&method)
 }
 
-/// The wire error of a registry failure. Messages never hold a credential (the registry's errors cannot).
+/// The wire error of a registry failure, with the registry's stable code in `details.code` (e.g.
+/// `provider_name_taken`). Messages never hold a credential (the registry's errors cannot).
 pub(crate) fn provider_error(e: &ProviderError, action: &str) -> ErrorBody {
-    match e {
+    let mut details = serde_json::Map::new();
+    details.insert("code".into(), Value::String(e.code().to_owned()));
+    let body = match e {
         ProviderError::ProviderNotFound(_) => error(ErrorCode::NotFound, "Provider was not found"),
         ProviderError::ModelNotFound { .. } => error(ErrorCode::NotFound, "Model was not found"),
         ProviderError::NoEnabledModel(_)
@@ -65,7 +68,8 @@ pub(crate) fn provider_error(e: &ProviderError, action: &str) -> ErrorBody {
             tracing::warn!(code = e.code(), "provider administration failed: {action}");
             error(ErrorCode::Unavailable, format!("Could not {action}")).retriable(true)
         }
-    }
+    };
+    body.with_details(details)
 }
 
 /// Runs `work` on a registry of the plane's data directory on the blocking pool.
@@ -129,6 +133,65 @@ fn runtime_model(model: &ModelRecord) -> ModelSummary {
         context_length: Some(model.config.context_length),
         max_tokens: Some(model.config.max_tokens),
     }
+}
+
+/// The registry's adapter and URL rules ([`ProviderRegistry::add`]), applied before an approval is asked for.
+fn check_endpoint(
+    api_type: Option<wire::ApiType>,
+    base_url: Option<&str>,
+) -> Result<(), ErrorBody> {
+    if let Some(api_type) = api_type.filter(|t| !t.is_openai_compatible()) {
+        return Err(provider_error(
+            &ProviderError::UnsupportedApiType(api_type.as_str()),
+            "check provider",
+        ));
+    }
+    if base_url.is_some_and(|url| agentwire_provider::validate_base_url(url).is_err()) {
+        return Err(provider_error(
+            &ProviderError::InvalidBaseUrl,
+            "check provider",
+        ));
+    }
+    Ok(())
+}
+
+/// The renderer's view of a provider/model mutation, checked before an approval is asked for: `None` for a
+/// method of another module; `Some(Err)` when the params break their contract (or, for a key, the provider
+/// runtime's key rule), so the renderer is never asked to approve a request that cannot succeed; otherwise the
+/// display DeepChat's `approvalDisplay` gives (base URL and updates shown, a key never: its provider, action and
+/// kind only).
+pub(super) fn review(method: &str, p: &Value) -> Option<Result<Value, ErrorBody>> {
+    let p = p.clone();
+    let display = match method {
+        wire::AddPublic::NAME => params::<wire::AddPublic>(p).and_then(|a| {
+            check_endpoint(Some(a.api_type), Some(&a.base_url))?;
+            Ok(serde_json::json!({"name": a.name, "apiType": a.api_type, "baseUrl": a.base_url, "enabled": a.enabled}))
+        }),
+        wire::UpdatePublic::NAME => params::<wire::UpdatePublic>(p).and_then(|u| {
+            check_endpoint(u.updates.api_type, u.updates.base_url.as_deref())?;
+            Ok(serde_json::json!({"providerId": u.provider_id, "updates": u.updates}))
+        }),
+        wire::SetCredential::NAME => params::<wire::SetCredential>(p).and_then(|c| {
+            if let Some(value) = &c.value {
+                ApiKey::new(value).map_err(|e| {
+                    error(ErrorCode::InvalidRequest, format!("invalid credential: {e}"))
+                })?;
+            }
+            Ok(serde_json::json!({"providerId": c.provider_id, "action": c.action, "kind": c.kind}))
+        }),
+        wire::Remove::NAME => params::<wire::Remove>(p)
+            .map(|r| serde_json::json!({"providerId": r.provider_id})),
+        wire_models::SetStatus::NAME => params::<wire_models::SetStatus>(p).map(|s| {
+            serde_json::json!({"providerId": s.provider_id, "modelId": s.model_id, "enabled": s.enabled})
+        }),
+        wire_models::SetPublicConfig::NAME => params::<wire_models::SetPublicConfig>(p).map(|c| {
+            serde_json::json!({"providerId": c.provider_id, "modelId": c.model_id, "config": c.config})
+        }),
+        wire_models::ResetConfig::NAME => params::<wire_models::ResetConfig>(p)
+            .map(|r| serde_json::json!({"providerId": r.provider_id, "modelId": r.model_id})),
+        _ => return None,
+    };
+    Some(display)
 }
 
 /// Serves one of [`METHODS`].
@@ -245,13 +308,25 @@ pub(super) async fn dispatch(
         }
         wire_models::ListRuntime::NAME => {
             let params = params::<wire_models::ListRuntime>(p)?;
-            let models = with_registry(plane, "list models", move |registry| {
-                registry.models(&params.provider_id)
+            let (models, endpoint) = with_registry(plane, "list models", move |registry| {
+                let models = registry.models(&params.provider_id)?;
+                let endpoint = registry.endpoint(&params.provider_id)?;
+                Ok((models, endpoint))
             })
             .await?;
-            result::<wire_models::ListRuntime>(&ListRuntimeResult {
-                models: models.iter().map(runtime_model).collect(),
-            })
+            let mut listed: Vec<ModelSummary> = models.iter().map(runtime_model).collect();
+            let (provider, key) = endpoint;
+            if let (true, Some(base_url)) = (provider.enabled, provider.base_url.clone()) {
+                for id in catalog(base_url, key).await {
+                    if listed.len() >= wire::MAX_LISTED_MODELS {
+                        break;
+                    }
+                    if !listed.iter().any(|m| m.id == id) {
+                        listed.push(catalog_model(&provider.id, id));
+                    }
+                }
+            }
+            result::<wire_models::ListRuntime>(&ListRuntimeResult { models: listed })
         }
         wire_models::SetStatus::NAME => {
             let params = params::<wire_models::SetStatus>(p)?;
@@ -295,6 +370,53 @@ pub(super) async fn dispatch(
             ErrorCode::NotFound,
             format!("{other} is not served on /v1/rpc"),
         )),
+    }
+}
+
+/// The model ids an enabled custom provider lists (`GET <base>/models`), within [`PROVIDER_TEST_TIMEOUT`]; empty when
+/// it does not answer (the stored models are listed anyway; upstream errors never cross).
+async fn catalog(base_url: String, key: Option<ApiKey>) -> Vec<String> {
+    let config = agentwire_provider::OpenAiConfig {
+        base_url,
+        api_key: key,
+        default_model: None,
+        limits: agentwire_provider::Limits {
+            connect_timeout: PROVIDER_TEST_TIMEOUT,
+            total_timeout: PROVIDER_TEST_TIMEOUT,
+            ..agentwire_provider::Limits::default()
+        },
+    };
+    let Ok(client) = agentwire_provider::OpenAiProvider::new(config) else {
+        return Vec::new();
+    };
+    match tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models()).await {
+        Ok(Ok(models)) => models
+            .into_iter()
+            .map(|m| m.id)
+            .filter(|id| !id.chars().any(char::is_control))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A model the provider lists but the host has not stored: disabled until `models.setStatus` enables (adds) it.
+fn catalog_model(provider_id: &str, id: String) -> ModelSummary {
+    let config = crate::providers::default_config(
+        agentwire_local_control::contract::model_config::ModelType::Chat,
+    );
+    ModelSummary {
+        name: id.clone(),
+        id,
+        group: crate::providers::DEFAULT_GROUP.to_owned(),
+        provider_id: provider_id.to_owned(),
+        enabled: Some(false),
+        is_custom: Some(false),
+        vision: Some(config.vision),
+        function_call: Some(config.function_call),
+        reasoning: Some(config.reasoning),
+        model_type: Some(config.model_type),
+        context_length: Some(config.context_length),
+        max_tokens: Some(config.max_tokens),
     }
 }
 
