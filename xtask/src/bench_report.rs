@@ -222,33 +222,37 @@ const RATIO_GOALS: &[RatioGoal] = &[
 ];
 
 /// Goals the custom benches check themselves: each writes `… goal … — met.` / `— missed by N×.` lines into its
-/// fragment; the report lists them together (or says the fragment is missing from this run).
-const CUSTOM_GOALS: &[(&str, &str)] = &[
+/// fragment; the report lists them together (or says the fragment is missing from this run). Each entry is
+/// (fragment file, a text the goal's own verdict lines contain, what the goal is).
+const CUSTOM_GOALS: &[(&str, &str, &str)] = &[
     (
         "host-compute.md",
+        "the direct call",
         "`models.invoke` through the socket vs the same loopback provider called directly: ≤ 1.2× (first text, total)",
     ),
     (
         "host-compute.md",
+        "`cp`",
         "media artifact write + read (spool) vs `cp`: ≥ 0.5× its speed",
     ),
 ];
 
-/// The "goal" lines of the custom benches' fragments, for [`CUSTOM_GOALS`].
+/// The "goal" lines of the custom benches' fragments, for [`CUSTOM_GOALS`]: under each goal, the fragment's
+/// `- … goal …` lines that contain its marker.
 fn render_custom_goals(fragments_dir: &Path) -> String {
     let mut out = String::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for (file, what) in CUSTOM_GOALS {
+    for (file, marker, what) in CUSTOM_GOALS {
         out.push_str(&format!("- {what} ({file})\n"));
-        if !seen.insert(*file) {
-            continue;
-        }
         match std::fs::read_to_string(fragments_dir.join(file)) {
             Ok(text) => {
-                for line in text
+                let verdicts: Vec<&str> = text
                     .lines()
-                    .filter(|l| l.starts_with("- ") && l.contains("goal"))
-                {
+                    .filter(|l| l.starts_with("- ") && l.contains("goal") && l.contains(marker))
+                    .collect();
+                if verdicts.is_empty() {
+                    out.push_str("  - no verdict for this goal in the fragment\n");
+                }
+                for line in verdicts {
                     out.push_str(&format!("  {line}\n"));
                 }
             }
@@ -453,6 +457,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("other line"));
+        // The verdict sits under its own goal, and the goal without one says so.
+        let (invoke, media) = text.split_once("- media artifact").unwrap();
+        assert!(invoke.contains("the direct call, goal"), "{text}");
+        assert!(media.contains("no verdict for this goal"), "{text}");
         let missing = render_custom_goals(&tmp.path().join("nothing"));
         assert!(missing.contains("not measured in this run"));
     }
