@@ -362,7 +362,8 @@ pub enum FinishReason {
     Complete,
 }
 
-/// `ModelInvokeLatencySchema` (strict), milliseconds since the request was accepted.
+/// `ModelInvokeLatencySchema` (strict), milliseconds since the handler started (after compute admission;
+/// `queueMs` is the admission wait before it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeLatency {
