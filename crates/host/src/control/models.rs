@@ -846,6 +846,13 @@ fn parse_seconds(seconds: Option<&str>) -> Result<Option<u32>, ErrorBody> {
         .transpose()
 }
 
+/// The typed params of the generate method called.
+enum MediaParams {
+    Image(wire_media::GenerateParams<wire_media::ImageOptions>),
+    Speech(wire_media::SpeechParams),
+    Video(wire_media::GenerateParams<wire_media::VideoOptions>),
+}
+
 async fn generate(
     plane: &ControlPlane,
     ctx: &RequestContext,
@@ -856,9 +863,7 @@ async fn generate(
     let started = Instant::now();
     let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
     let method = grant.method;
-    // The typed params of the one method called; the other two stay `None`.
-    let (mut image, mut speech, mut video) = (None, None, None);
-    let (requested, kind, settings, input_bytes) = match method {
+    let (called, requested, kind, settings, input_bytes) = match method {
         ImagesGenerate::NAME => {
             let p = params::<ImagesGenerate>(request.params.clone())?;
             let requested = RequestedModel {
@@ -870,8 +875,8 @@ async fn generate(
                 ..GenerationSettings::default()
             };
             let bytes = p.prompt.len() as u64;
-            image = Some(p);
-            (requested, ModelKind::ImageGeneration, settings, bytes)
+            let kind = ModelKind::ImageGeneration;
+            (MediaParams::Image(p), requested, kind, settings, bytes)
         }
         SpeechGenerate::NAME => {
             let p = params::<SpeechGenerate>(request.params.clone())?;
@@ -887,8 +892,13 @@ async fn generate(
                 ..GenerationSettings::default()
             };
             let bytes = p.text.len() as u64;
-            speech = Some(p);
-            (requested, ModelKind::Speech, settings, bytes)
+            (
+                MediaParams::Speech(p),
+                requested,
+                ModelKind::Speech,
+                settings,
+                bytes,
+            )
         }
         _ => {
             let p = params::<VideosGenerate>(request.params.clone())?;
@@ -903,8 +913,8 @@ async fn generate(
                 ..GenerationSettings::default()
             };
             let bytes = p.prompt.len() as u64;
-            video = Some(p);
-            (requested, ModelKind::VideoGeneration, settings, bytes)
+            let kind = ModelKind::VideoGeneration;
+            (MediaParams::Video(p), requested, kind, settings, bytes)
         }
     };
     let target = resolve(plane, &requested, kind)?;
@@ -921,101 +931,102 @@ async fn generate(
     };
     let fail = |e: ProviderError| provider_failure(&e, what);
     let mut first_event_ms = None;
-    let (outputs, label): (Vec<Output>, &str) = if let Some(p) = &image {
-        let image_request = ImageRequest {
-            model,
-            prompt: p.prompt.clone(),
-            size: p.options.as_ref().and_then(|o| o.size.clone()),
-            n: 1,
-        };
-        let images = tokio::select! {
-            images = target.provider.generate_images(&image_request) => images.map_err(fail)?,
-            () = ctx.cancel.cancelled() => return Err(cancelled()),
-        };
-        first_event_ms = Some(millis(started));
-        if images.len() > 8 {
-            return Err(error(
-                ErrorCode::ResultTooLarge,
-                "provider returned too many images",
-            ));
-        }
-        (
-            images
-                .into_iter()
-                .map(|i| Output {
-                    bytes: i.bytes,
-                    mime: i.mime,
-                })
-                .collect(),
-            "image",
-        )
-    } else if let Some(p) = &speech {
-        let options = p.options.clone().unwrap_or_default();
-        let speech_request = SpeechRequest {
-            model,
-            input: p.text.clone(),
-            voice: options.voice,
-            format: options.response_format,
-        };
-        let audio = tokio::select! {
-            audio = target.provider.generate_speech(&speech_request) => audio.map_err(fail)?,
-            () = ctx.cancel.cancelled() => return Err(cancelled()),
-        };
-        first_event_ms = Some(millis(started));
-        (
-            vec![Output {
-                bytes: audio.bytes,
-                mime: audio.mime,
-            }],
-            "audio",
-        )
-    } else {
-        let Some(p) = &video else {
-            return Err(error(ErrorCode::InternalError, "no video params"));
-        };
-        let options = p.options.clone().unwrap_or_default();
-        let video_request = VideoRequest {
-            model,
-            prompt: p.prompt.clone(),
-            seconds: parse_seconds(options.seconds.as_deref())?,
-            size: options.size,
-        };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut on_progress = move |job: &agentwire_provider::VideoJob| {
-            let _ = tx.send((job.status.as_str(), job.progress));
-        };
-        let generated = {
-            let generating = target
-                .provider
-                .generate_video(&video_request, &mut on_progress);
-            tokio::pin!(generating);
-            loop {
-                tokio::select! {
-                    Some((status, progress)) = rx.recv() => {
-                        first_event_ms.get_or_insert_with(|| millis(started));
-                        let event = MediaEvent::Progress { status: status.to_owned(), progress };
-                        emit(&mut sink, method, to_value(&event)?).await?;
-                    }
-                    video = &mut generating => break video.map_err(fail)?,
-                    () = ctx.cancel.cancelled() => return Err(cancelled()),
-                }
-            }
-        };
-        first_event_ms.get_or_insert_with(|| millis(started));
-        while let Ok((status, progress)) = rx.try_recv() {
-            let event = MediaEvent::Progress {
-                status: status.to_owned(),
-                progress,
+    let (outputs, label): (Vec<Output>, &str) = match &called {
+        MediaParams::Image(p) => {
+            let image_request = ImageRequest {
+                model,
+                prompt: p.prompt.clone(),
+                size: p.options.as_ref().and_then(|o| o.size.clone()),
+                n: 1,
             };
-            emit(&mut sink, method, to_value(&event)?).await?;
+            let images = tokio::select! {
+                images = target.provider.generate_images(&image_request) => images.map_err(fail)?,
+                () = ctx.cancel.cancelled() => return Err(cancelled()),
+            };
+            first_event_ms = Some(millis(started));
+            if images.len() > 8 {
+                return Err(error(
+                    ErrorCode::ResultTooLarge,
+                    "provider returned too many images",
+                ));
+            }
+            (
+                images
+                    .into_iter()
+                    .map(|i| Output {
+                        bytes: i.bytes,
+                        mime: i.mime,
+                    })
+                    .collect(),
+                "image",
+            )
         }
-        (
-            vec![Output {
-                bytes: generated.bytes,
-                mime: generated.mime,
-            }],
-            "video",
-        )
+        MediaParams::Speech(p) => {
+            let options = p.options.clone().unwrap_or_default();
+            let speech_request = SpeechRequest {
+                model,
+                input: p.text.clone(),
+                voice: options.voice,
+                format: options.response_format,
+            };
+            let audio = tokio::select! {
+                audio = target.provider.generate_speech(&speech_request) => audio.map_err(fail)?,
+                () = ctx.cancel.cancelled() => return Err(cancelled()),
+            };
+            first_event_ms = Some(millis(started));
+            (
+                vec![Output {
+                    bytes: audio.bytes,
+                    mime: audio.mime,
+                }],
+                "audio",
+            )
+        }
+        MediaParams::Video(p) => {
+            let options = p.options.clone().unwrap_or_default();
+            let video_request = VideoRequest {
+                model,
+                prompt: p.prompt.clone(),
+                seconds: parse_seconds(options.seconds.as_deref())?,
+                size: options.size,
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let mut on_progress = move |job: &agentwire_provider::VideoJob| {
+                let _ = tx.send((job.status.as_str(), job.progress));
+            };
+            let generated = {
+                let generating = target
+                    .provider
+                    .generate_video(&video_request, &mut on_progress);
+                tokio::pin!(generating);
+                loop {
+                    tokio::select! {
+                        Some((status, progress)) = rx.recv() => {
+                            first_event_ms.get_or_insert_with(|| millis(started));
+                            let event = MediaEvent::Progress { status: status.to_owned(), progress };
+                            emit(&mut sink, method, to_value(&event)?).await?;
+                        }
+                        video = &mut generating => break video.map_err(fail)?,
+                        () = ctx.cancel.cancelled() => return Err(cancelled()),
+                    }
+                }
+            };
+            first_event_ms.get_or_insert_with(|| millis(started));
+            while let Ok((status, progress)) = rx.try_recv() {
+                let event = MediaEvent::Progress {
+                    status: status.to_owned(),
+                    progress,
+                };
+                emit(&mut sink, method, to_value(&event)?).await?;
+            }
+            (
+                vec![Output {
+                    bytes: generated.bytes,
+                    mime: generated.mime,
+                }],
+                "video",
+            )
+        }
     };
     if outputs.is_empty() {
         return Err(error(
@@ -1050,33 +1061,31 @@ async fn generate(
         ..benchmark(plane, method, requested, &target, latency)
     };
     let (provider_id, model_id) = (target.provider_id, target.model_id);
-    if let Some(p) = image {
-        result::<ImagesGenerate>(&GenerateResult {
+    match called {
+        MediaParams::Image(p) => result::<ImagesGenerate>(&GenerateResult {
             provider_id,
             model_id,
             artifacts,
             requested_options: p.options,
             duration_ms,
             benchmark,
-        })
-    } else if let Some(p) = speech {
-        result::<SpeechGenerate>(&GenerateResult {
+        }),
+        MediaParams::Speech(p) => result::<SpeechGenerate>(&GenerateResult {
             provider_id,
             model_id,
             artifacts,
             requested_options: p.options,
             duration_ms,
             benchmark,
-        })
-    } else {
-        result::<VideosGenerate>(&GenerateResult {
+        }),
+        MediaParams::Video(p) => result::<VideosGenerate>(&GenerateResult {
             provider_id,
             model_id,
             artifacts,
-            requested_options: video.and_then(|p| p.options),
+            requested_options: p.options,
             duration_ms,
             benchmark,
-        })
+        }),
     }
 }
 
