@@ -3,6 +3,9 @@
 //! configuration) and the loopback OpenAI-compatible test server: streaming order in every output mode,
 //! Ctrl-C mid-stream (exit 7, upstream aborted), a stalled provider, a 500 whose planted secret shows nowhere
 //! (stdout, stderr, audit log, host log), uploads over the limit, and agent tokens that get ids and metadata only.
+//! Every `--json`/`--jsonl` result's `benchmark` record is checked field by field (`check_benchmark`): requested
+//! `null` when a flag was left out, the SHA-256 of downloaded artifacts, and the versions against
+//! `deepchat system version` and this workspace's version.
 
 mod support;
 
@@ -103,6 +106,159 @@ fn add_test_provider(host: &Host, server: &OpenAiTestServer) -> String {
     provider.id
 }
 
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The redacted settings a call should report: the defaults with `given` laid over them.
+fn settings(given: Value) -> Value {
+    let mut all = json!({"temperature":null,"maxTokens":null,"systemPrompt":false,"systemPromptChars":0,
+        "messageCount":0,"size":null,"seconds":null,"voice":null,"responseFormat":null,"speed":null});
+    for (k, v) in given.as_object().expect("object") {
+        assert!(all.get(k).is_some(), "unknown setting {k}");
+        all[k] = v.clone();
+    }
+    all
+}
+
+/// What a test knows about a call from its command line.
+struct Expect<'a> {
+    method: &'a str,
+    requested: Value,
+    adapter: &'a str,
+    settings: Value,
+    input_bytes: u64,
+    input_artifact: Value,
+}
+
+/// Checks every field of `result.benchmark` against `expect` and the rest of `result`; versions are the host's
+/// (`deepchat system version`), which is this workspace's version, as is the provider adapter's.
+fn check_benchmark(result: &Value, expect: &Expect<'_>, host: &Versioned<'_>) {
+    let b = &result["benchmark"];
+    let mut keys: Vec<&str> = b
+        .as_object()
+        .expect("benchmark object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "appVersion",
+            "artifacts",
+            "cancelled",
+            "finishReason",
+            "inputArtifact",
+            "inputBytes",
+            "latency",
+            "method",
+            "outputBytes",
+            "protocolVersion",
+            "providerAdapter",
+            "providerAdapterVersion",
+            "requested",
+            "resolved",
+            "retries",
+            "settings",
+            "surfaceVersion",
+            "usage"
+        ],
+        "{b}"
+    );
+    assert_eq!(b["method"], expect.method);
+    assert_eq!(b["requested"], expect.requested);
+    assert_eq!(
+        b["resolved"],
+        json!({"providerId": result["providerId"], "modelId": result["modelId"]})
+    );
+    assert_eq!(b["settings"], expect.settings);
+    assert_eq!(b["inputBytes"], expect.input_bytes);
+    let text_bytes = |field: &str| result[field].as_str().map_or(0, str::len) as u64;
+    let latency = &b["latency"];
+    assert!(latency["queueMs"].is_u64(), "{latency}");
+    assert!(
+        latency["firstEventMs"].as_u64() <= latency["totalMs"].as_u64(),
+        "{latency}"
+    );
+    match expect.method {
+        "models.invoke" => {
+            assert_eq!(
+                b["outputBytes"],
+                text_bytes("text") + text_bytes("reasoning")
+            );
+            assert_eq!(
+                b["usage"],
+                result.get("usage").cloned().unwrap_or(Value::Null)
+            );
+            assert_eq!(b["latency"], result["latency"]);
+            assert_eq!(b["finishReason"], result["finishReason"]);
+            assert_eq!(b["artifacts"], json!([]));
+        }
+        "audio.transcribeUpload" | "audio.transcribeArtifact" => {
+            assert_eq!(b["outputBytes"], text_bytes("text"));
+            assert_eq!(b["inputBytes"], result["inputBytes"]);
+            assert_eq!(b["usage"], Value::Null);
+            assert_eq!(latency["firstTextMs"], latency["firstEventMs"]);
+            assert_eq!(b["finishReason"], "complete");
+            assert_eq!(b["artifacts"], json!([]));
+        }
+        _ => {
+            let artifacts: Vec<Value> = result["artifacts"]
+                .as_array()
+                .expect("artifacts")
+                .iter()
+                .map(|a| json!({"id":a["id"],"mimeType":a["mimeType"],"size":a["size"],"sha256":a["sha256"]}))
+                .collect();
+            let sizes: u64 = artifacts
+                .iter()
+                .map(|a| a["size"].as_u64().expect("size"))
+                .sum();
+            assert_eq!(b["outputBytes"], sizes);
+            assert_eq!(b["usage"], Value::Null);
+            assert_eq!(latency["firstTextMs"], Value::Null);
+            assert_eq!(latency["totalMs"], result["durationMs"]);
+            assert_eq!(b["finishReason"], "complete");
+            assert_eq!(b["artifacts"], Value::Array(artifacts));
+        }
+    }
+    assert_eq!(b["retries"], 0);
+    assert_eq!(b["cancelled"], false);
+    assert_eq!(b["inputArtifact"], expect.input_artifact);
+    assert_eq!(b["appVersion"], host.app_version.as_str());
+    assert_eq!(b["appVersion"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(b["protocolVersion"], 1);
+    assert_eq!(b["surfaceVersion"], 2);
+    assert_eq!(b["providerAdapter"], expect.adapter);
+    assert_eq!(b["providerAdapterVersion"], env!("CARGO_PKG_VERSION"));
+    let shown = b.to_string();
+    assert!(
+        !shown.contains(host.host.data.to_str().expect("utf-8")),
+        "a local path in {shown}"
+    );
+}
+
+/// A host and what `deepchat system version` says about it.
+struct Versioned<'a> {
+    host: &'a Host,
+    app_version: String,
+}
+
+async fn versioned(host: &Host) -> Versioned<'_> {
+    let version = ok_result(&deepchat(host, &["system", "version", "--json"]).await);
+    Versioned {
+        host,
+        app_version: version["appVersion"]
+            .as_str()
+            .expect("appVersion")
+            .to_owned(),
+    }
+}
+
 fn all_files_text(dir: &std::path::Path) -> String {
     let mut text = String::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -168,6 +324,19 @@ async fn model_commands_work_with_no_configuration_in_every_output_mode() {
     let result = ok_result(&json_out);
     assert_eq!(result["text"], "You said: ");
     assert_eq!(result["finishReason"], "max_tokens");
+    let v = versioned(&host).await;
+    check_benchmark(
+        &result,
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"maxTokens":2,"messageCount":1})),
+            input_bytes: "hello".len() as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
+    );
 
     let jsonl = deepchat(
         &host,
@@ -196,6 +365,54 @@ async fn model_commands_work_with_no_configuration_in_every_output_mode() {
     assert!(
         terminal["result"]["usage"]["totalTokens"].is_u64(),
         "{terminal}"
+    );
+    // The system prompt is counted, never shown.
+    check_benchmark(
+        &terminal["result"],
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"systemPrompt":true,"systemPromptChars":8,"messageCount":2})),
+            input_bytes: ("be brief".len() + "x".len()) as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
+    );
+    assert!(
+        !terminal["result"]["benchmark"]
+            .to_string()
+            .contains("be brief")
+    );
+    // `--provider builtin` alone: the provider is as given, the model defaulted.
+    let half = ok_result(
+        &deepchat(
+            &host,
+            &[
+                "model",
+                "invoke",
+                "--provider",
+                "builtin",
+                "--prompt",
+                "hi",
+                "--temperature",
+                "0.5",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    check_benchmark(
+        &half,
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":"builtin","modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"temperature":0.5,"messageCount":1})),
+            input_bytes: 2,
+            input_artifact: Value::Null,
+        },
+        &v,
     );
     serve.stop().await;
 }
@@ -241,6 +458,19 @@ async fn a_custom_provider_streams_in_order_and_its_failures_never_leak_the_secr
     assert_eq!(data[data.len() - 1]["type"], "usage");
     assert_eq!(terminal["result"]["providerId"], provider.as_str());
     assert_eq!(terminal["result"]["modelId"], "test-chat");
+    check_benchmark(
+        &terminal["result"],
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":provider,"modelId":"test-chat"}),
+            adapter: "openai-compatible",
+            settings: settings(json!({"messageCount":1})),
+            input_bytes: 2,
+            input_artifact: Value::Null,
+        },
+        &versioned(&host).await,
+    );
+    assert!(terminal["result"]["benchmark"]["usage"]["promptTokens"].is_u64());
 
     server.set_failure(Some(Failure::Status {
         status: 500,
@@ -387,6 +617,55 @@ async fn media_commands_make_artifacts_and_transcription_hears_the_speech() {
             .expect("png")
             .starts_with(b"\x89PNG\r\n\x1a\n")
     );
+    let v = versioned(&host).await;
+    let image = ok_result(
+        &deepchat(
+            &host,
+            &[
+                "image",
+                "generate",
+                "--model",
+                "builtin-image",
+                "--prompt",
+                "a red fox",
+                "--size",
+                "24x24",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    check_benchmark(
+        &image,
+        &Expect {
+            method: "images.generate",
+            requested: json!({"providerId":null,"modelId":"builtin-image"}),
+            adapter: "builtin",
+            settings: settings(json!({"size":"24x24"})),
+            input_bytes: "a red fox".len() as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
+    );
+    let image_id = image["artifacts"][0]["id"].as_str().expect("id");
+    let png2 = host.path("fox2.png");
+    let got = deepchat(
+        &host,
+        &[
+            "artifact",
+            "get",
+            "--id",
+            image_id,
+            "--out",
+            png2.to_str().expect("utf-8"),
+        ],
+    )
+    .await;
+    assert_eq!(got.code, 0, "{got:?}");
+    assert_eq!(
+        image["benchmark"]["artifacts"][0]["sha256"],
+        sha256_hex(&std::fs::read(&png2).expect("png"))
+    );
 
     let video = deepchat(
         &host,
@@ -417,13 +696,45 @@ async fn media_commands_make_artifacts_and_transcription_hears_the_speech() {
     let artifact = &lines[lines.len() - 1]["result"]["artifacts"][0];
     assert_eq!(artifact["mimeType"], "video/x-msvideo");
     assert_eq!(artifact["sha256"].as_str().map(str::len), Some(64));
+    check_benchmark(
+        &lines[lines.len() - 1]["result"],
+        &Expect {
+            method: "videos.generate",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"seconds":"1","size":"16x16"})),
+            input_bytes: "waves".len() as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
+    );
 
     let speech = ok_result(
         &deepchat(
             &host,
-            &["audio", "speak", "--text", "meet me at noon", "--json"],
+            &[
+                "audio",
+                "speak",
+                "--text",
+                "meet me at noon",
+                "--voice",
+                "alloy",
+                "--json",
+            ],
         )
         .await,
+    );
+    check_benchmark(
+        &speech,
+        &Expect {
+            method: "speech.generate",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"voice":"alloy"})),
+            input_bytes: "meet me at noon".len() as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
     );
     let speech_id = speech["artifacts"][0]["id"]
         .as_str()
@@ -446,6 +757,41 @@ async fn media_commands_make_artifacts_and_transcription_hears_the_speech() {
     )
     .await;
     assert_eq!(got.code, 0, "{got:?}");
+    let wav_bytes = std::fs::read(&wav).expect("wav");
+    assert_eq!(
+        speech["benchmark"]["artifacts"][0]["sha256"],
+        sha256_hex(&wav_bytes)
+    );
+    let by_artifact = ok_result(
+        &deepchat(
+            &host,
+            &[
+                "audio",
+                "transcribe",
+                "--provider",
+                "builtin",
+                "--model",
+                "builtin-transcribe",
+                "--artifact",
+                &speech_id,
+                "--jsonl",
+            ],
+        )
+        .await,
+    );
+    check_benchmark(
+        &by_artifact,
+        &Expect {
+            method: "audio.transcribeArtifact",
+            requested: json!({"providerId":"builtin","modelId":"builtin-transcribe"}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: wav_bytes.len() as u64,
+            input_artifact: json!({"id":speech_id,"mimeType":"audio/wav","size":wav_bytes.len(),
+                "sha256":sha256_hex(&wav_bytes)}),
+        },
+        &v,
+    );
     let by_file = ok_result(
         &deepchat(
             &host,
@@ -461,6 +807,18 @@ async fn media_commands_make_artifacts_and_transcription_hears_the_speech() {
     );
     assert_eq!(by_file["text"], "meet me at noon");
     assert_eq!(by_file["mimeType"], "audio/wav");
+    check_benchmark(
+        &by_file,
+        &Expect {
+            method: "audio.transcribeUpload",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: wav_bytes.len() as u64,
+            input_artifact: Value::Null,
+        },
+        &v,
+    );
 
     // One byte over 25 MiB is refused, and nothing is transcribed.
     let big = host.path("big.wav");

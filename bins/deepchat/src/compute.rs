@@ -6,10 +6,13 @@
 //! and then one summary line with usage and timings (media: progress lines, then one line per artifact);
 //! `--json` buffers the stream in the CLI and prints one envelope; `--jsonl` prints every stream record, then
 //! the terminal envelope, whose result carries the benchmark fields (resolved provider/model, usage, finish
-//! reason, queue/first-event/first-text/total latency; artifact MIME, size, SHA-256 and id, never a path).
+//! reason, queue/first-event/first-text/total latency; artifact MIME, size, SHA-256 and id, never a path) in
+//! its `benchmark` object, printed unchanged. The CLI adds no `cliVersion`: it is built from the same workspace
+//! as the host, with the same version (`deepchat system version`).
 //!
-//! Where we differ: `--provider` defaults to `builtin` and `--model` to the built-in model of the command's kind
-//! when the provider is `builtin` (DeepChat requires both), so every command works with no configuration. The
+//! Where we differ: `--provider` and `--model` may be left out (DeepChat requires both); the CLI then sends no id
+//! and the host uses `builtin` and its model of the command's kind, so every command works with no
+//! configuration, and the result's `benchmark.requested` says `null` for what was defaulted. The
 //! image and video flags are the subset an OpenAI-compatible provider takes (`--size`; `--seconds`, `--size`).
 
 use std::io::Write;
@@ -235,18 +238,24 @@ const AUDIO_MIME_BY_EXTENSION: &[(&str, &str)] = &[
     ("webm", "audio/webm"),
 ];
 
+/// The `providerId`/`modelId` params: what was given, nothing for a default (the host fills in `builtin` and
+/// its model of the method's kind, and the result's `benchmark.requested` says `null`). `--provider` other
+/// than builtin needs `--model`.
 fn ids(
+    params: &mut Map<String, Value>,
     provider: Option<String>,
     model: Option<String>,
-    builtin_model: &str,
-) -> Result<(String, String), String> {
-    let provider = provider.unwrap_or_else(|| BUILTIN.to_owned());
-    let model = match model {
-        Some(model) => model,
-        None if provider == BUILTIN => builtin_model.to_owned(),
-        None => return Err("--model is required with a provider other than builtin".to_owned()),
-    };
-    Ok((provider, model))
+) -> Result<(), String> {
+    if model.is_none() && provider.as_deref().is_some_and(|p| p != BUILTIN) {
+        return Err("--model is required with a provider other than builtin".to_owned());
+    }
+    if let Some(provider) = provider {
+        params.insert("providerId".into(), provider.into());
+    }
+    if let Some(model) = model {
+        params.insert("modelId".into(), model.into());
+    }
+    Ok(())
 }
 
 fn text(name: &str, value: Option<String>) -> Result<Option<String>, String> {
@@ -293,15 +302,13 @@ pub(crate) fn build_model(verb: ModelVerb) -> Result<(Globals, Invocation, Timeo
             ))
         }
         ModelVerb::Invoke(a) => {
-            let (provider, model) = ids(a.provider, a.model, "builtin-demo")?;
             if let Some(t) = a.temperature
                 && !(0.0..=2.0).contains(&t)
             {
                 return Err("--temperature must be a number between 0 and 2".to_owned());
             }
             let mut params = Map::new();
-            params.insert("providerId".into(), provider.into());
-            params.insert("modelId".into(), model.into());
+            ids(&mut params, a.provider, a.model)?;
             if let Some(prompt) = text("prompt", a.prompt)? {
                 params.insert("prompt".into(), prompt.into());
             }
@@ -327,10 +334,8 @@ pub(crate) fn build_model(verb: ModelVerb) -> Result<(Globals, Invocation, Timeo
 /// `image generate`.
 pub(crate) fn build_image(verb: ImageVerb) -> Result<(Globals, Invocation, TimeoutClass), String> {
     let ImageVerb::Generate(a) = verb;
-    let (provider, model) = ids(a.provider, a.model, "builtin-image")?;
     let mut params = Map::new();
-    params.insert("providerId".into(), provider.into());
-    params.insert("modelId".into(), model.into());
+    ids(&mut params, a.provider, a.model)?;
     if let Some(prompt) = text("prompt", a.prompt)? {
         params.insert("prompt".into(), prompt.into());
     }
@@ -348,10 +353,8 @@ pub(crate) fn build_image(verb: ImageVerb) -> Result<(Globals, Invocation, Timeo
 /// `video generate`.
 pub(crate) fn build_video(verb: VideoVerb) -> Result<(Globals, Invocation, TimeoutClass), String> {
     let VideoVerb::Generate(a) = verb;
-    let (provider, model) = ids(a.provider, a.model, "builtin-video")?;
     let mut params = Map::new();
-    params.insert("providerId".into(), provider.into());
-    params.insert("modelId".into(), model.into());
+    ids(&mut params, a.provider, a.model)?;
     if let Some(prompt) = text("prompt", a.prompt)? {
         params.insert("prompt".into(), prompt.into());
     }
@@ -377,10 +380,8 @@ pub(crate) fn build_video(verb: VideoVerb) -> Result<(Globals, Invocation, Timeo
 pub(crate) fn build_audio(verb: AudioVerb) -> Result<(Globals, Invocation, TimeoutClass), String> {
     match verb {
         AudioVerb::Speak(a) => {
-            let (provider, model) = ids(a.provider, a.model, "builtin-speech")?;
             let mut params = Map::new();
-            params.insert("providerId".into(), provider.into());
-            params.insert("modelId".into(), model.into());
+            ids(&mut params, a.provider, a.model)?;
             if let Some(t) = text("text", a.text)? {
                 params.insert("text".into(), t.into());
             }
@@ -410,10 +411,8 @@ pub(crate) fn build_audio(verb: AudioVerb) -> Result<(Globals, Invocation, Timeo
             ))
         }
         AudioVerb::Transcribe(a) => {
-            let (provider, model) = ids(a.provider, a.model, "builtin-transcribe")?;
             let mut params = Map::new();
-            params.insert("providerId".into(), provider.into());
-            params.insert("modelId".into(), model.into());
+            ids(&mut params, a.provider, a.model)?;
             if let Some(artifact) = a.artifact {
                 params.insert("artifactId".into(), artifact.into());
                 return Ok((
@@ -713,10 +712,7 @@ mod tests {
         assert_eq!(invocation.method, "models.invoke");
         assert_eq!(invocation.operation, Operation::ComputeStream);
         assert_eq!(timeout, crate::command::LONG_RUNNING_TIMEOUT);
-        assert_eq!(
-            invocation.params,
-            json!({"providerId":"builtin","modelId":"builtin-demo","prompt":"hi","maxTokens":5})
-        );
+        assert_eq!(invocation.params, json!({"prompt":"hi","maxTokens":5}));
         let Ok(Parsed::Call { invocation, .. }) = parse("audio transcribe --file talk.WAV") else {
             panic!("transcribe parses");
         };
@@ -747,10 +743,24 @@ mod tests {
 
     #[test]
     fn defaults_need_no_configuration_but_custom_providers_need_a_model() {
+        let given = |provider: Option<&str>, model: Option<&str>| {
+            let mut params = Map::new();
+            ids(
+                &mut params,
+                provider.map(str::to_owned),
+                model.map(str::to_owned),
+            )
+            .map(|()| Value::Object(params))
+        };
+        assert_eq!(given(None, None), Ok(json!({})));
         assert_eq!(
-            ids(None, None, "builtin-demo"),
-            Ok(("builtin".to_owned(), "builtin-demo".to_owned()))
+            given(Some("builtin"), None),
+            Ok(json!({"providerId":"builtin"}))
         );
-        assert!(ids(Some("local-llm".into()), None, "builtin-demo").is_err());
+        assert_eq!(
+            given(Some("local-llm"), Some("m")),
+            Ok(json!({"providerId":"local-llm","modelId":"m"}))
+        );
+        assert!(given(Some("local-llm"), None).is_err());
     }
 }

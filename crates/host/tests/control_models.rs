@@ -2,7 +2,8 @@
 //! `audio.transcribe*` against the built-in provider and the loopback OpenAI-compatible test server
 //! (`agentwire_testkit::openai_server`): streaming order, cancellation that aborts the upstream request, a stalled
 //! provider, a 500 whose planted secret never shows, oversized responses, uploads over the limit, and agent tokens
-//! that get artifact ids and metadata only.
+//! that get artifact ids and metadata only. Every result's `benchmark` record is checked field by field against
+//! the request and the rest of the result (`check_benchmark`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,6 +130,143 @@ fn remote(error: ClientError) -> ErrorBody {
     }
 }
 
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The redacted settings a call should report: the defaults with `given` laid over them.
+fn settings(given: Value) -> Value {
+    let mut all = json!({"temperature":null,"maxTokens":null,"systemPrompt":false,"systemPromptChars":0,
+        "messageCount":0,"size":null,"seconds":null,"voice":null,"responseFormat":null,"speed":null});
+    for (k, v) in given.as_object().expect("object") {
+        assert!(all.get(k).is_some(), "unknown setting {k}");
+        all[k] = v.clone();
+    }
+    all
+}
+
+/// What a test knows about a call from its request.
+struct Expect<'a> {
+    method: &'a str,
+    requested: Value,
+    adapter: &'a str,
+    settings: Value,
+    input_bytes: usize,
+    input_artifact: Value,
+}
+
+const BENCHMARK_FIELDS: &[&str] = &[
+    "appVersion",
+    "artifacts",
+    "cancelled",
+    "finishReason",
+    "inputArtifact",
+    "inputBytes",
+    "latency",
+    "method",
+    "outputBytes",
+    "protocolVersion",
+    "providerAdapter",
+    "providerAdapterVersion",
+    "requested",
+    "resolved",
+    "retries",
+    "settings",
+    "surfaceVersion",
+    "usage",
+];
+
+/// Checks every field of `result.benchmark` against `expect` and the rest of `result`.
+fn check_benchmark(result: &Value, expect: &Expect<'_>, data_dir: &std::path::Path) {
+    let b = &result["benchmark"];
+    let mut keys: Vec<&str> = b
+        .as_object()
+        .expect("benchmark object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, BENCHMARK_FIELDS, "{b}");
+    assert_eq!(b["method"], expect.method);
+    assert_eq!(b["requested"], expect.requested);
+    assert_eq!(
+        b["resolved"],
+        json!({"providerId": result["providerId"], "modelId": result["modelId"]})
+    );
+    assert_eq!(b["settings"], expect.settings);
+    assert_eq!(b["inputBytes"], expect.input_bytes as u64);
+    let text_bytes = |field: &str| result[field].as_str().map_or(0, str::len) as u64;
+    let artifacts: Vec<Value> = result["artifacts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| json!({"id":a["id"],"mimeType":a["mimeType"],"size":a["size"],"sha256":a["sha256"]}))
+        .collect();
+    let latency = &b["latency"];
+    assert!(latency["queueMs"].is_u64(), "{latency}");
+    let first_event = latency["firstEventMs"].as_u64().expect("firstEventMs");
+    let total = latency["totalMs"].as_u64().expect("totalMs");
+    assert!(first_event <= total, "{latency}");
+    match expect.method {
+        "models.invoke" => {
+            assert_eq!(
+                b["outputBytes"],
+                text_bytes("text") + text_bytes("reasoning")
+            );
+            assert_eq!(
+                b["usage"],
+                result.get("usage").cloned().unwrap_or(Value::Null)
+            );
+            assert_eq!(b["latency"], result["latency"]);
+            assert_eq!(b["finishReason"], result["finishReason"]);
+            assert_eq!(b["artifacts"], json!([]));
+        }
+        "audio.transcribeUpload" | "audio.transcribeArtifact" => {
+            assert_eq!(b["outputBytes"], text_bytes("text"));
+            assert_eq!(b["inputBytes"], result["inputBytes"]);
+            assert_eq!(b["usage"], Value::Null);
+            assert_eq!(latency["firstTextMs"], latency["firstEventMs"]);
+            let duration = result["durationMs"].as_f64().expect("durationMs");
+            assert_eq!(total, duration as u64);
+            assert_eq!(b["finishReason"], "complete");
+            assert_eq!(b["artifacts"], json!([]));
+        }
+        _ => {
+            let sizes: u64 = artifacts
+                .iter()
+                .map(|a| a["size"].as_u64().expect("size"))
+                .sum();
+            assert_eq!(b["outputBytes"], sizes);
+            assert_eq!(b["usage"], Value::Null);
+            assert_eq!(latency["firstTextMs"], Value::Null);
+            assert_eq!(latency["totalMs"], result["durationMs"]);
+            assert_eq!(b["finishReason"], "complete");
+            assert_eq!(b["artifacts"], Value::Array(artifacts));
+        }
+    }
+    assert_eq!(b["retries"], 0);
+    assert_eq!(b["cancelled"], false);
+    assert_eq!(b["inputArtifact"], expect.input_artifact);
+    assert_eq!(b["appVersion"], "9.9.9");
+    assert_eq!(
+        b["protocolVersion"],
+        agentwire_local_control::contract::PROTOCOL_VERSION
+    );
+    assert_eq!(
+        b["surfaceVersion"],
+        agentwire_local_control::contract::SURFACE_VERSION
+    );
+    assert_eq!(b["providerAdapter"], expect.adapter);
+    assert_eq!(b["providerAdapterVersion"], agentwire_provider::VERSION);
+    let shown = b.to_string();
+    let dir = data_dir.to_str().expect("utf-8");
+    assert!(!shown.contains(dir), "a local path in {shown}");
+}
+
 fn hello(provider: &str, model: &str) -> Value {
     json!({"providerId": provider, "modelId": model,
            "messages": [{"role":"system","content":"be brief"},{"role":"user","content":"hello there"}],
@@ -207,6 +345,52 @@ async fn the_builtin_provider_needs_no_configuration() {
         assert!(latency[field].is_u64(), "{field}: {latency}");
     }
     assert!(latency["firstTextMs"].as_u64() <= latency["totalMs"].as_u64());
+    let hello_settings = settings(json!({"temperature":0.3,"maxTokens":64,"systemPrompt":true,
+        "systemPromptChars":"be brief".len(),"messageCount":2}));
+    check_benchmark(
+        &result,
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":"builtin","modelId":"builtin-demo"}),
+            adapter: "builtin",
+            settings: hello_settings,
+            input_bytes: "be brief".len() + "hello there".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    // Ids left out: the host uses the built-in provider and model, and the record says what was asked: nothing.
+    let (_, defaulted) = stream(
+        &host.human,
+        "models.invoke",
+        json!({"messages":[{"role":"user","content":"héllo"}]}),
+    )
+    .await;
+    let defaulted = defaulted.expect("defaulted invoke");
+    assert_eq!(defaulted["modelId"], "builtin-demo");
+    check_benchmark(
+        &defaulted,
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"messageCount":1})),
+            input_bytes: "héllo".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    // A custom provider needs a model id: refused by the contract before any lookup.
+    let (_, refused) = stream(
+        &host.human,
+        "models.invoke",
+        json!({"providerId":"local-llm","messages":[{"role":"user","content":"x"}]}),
+    )
+    .await;
+    assert_eq!(
+        remote(refused.expect_err("no model")).code,
+        ErrorCode::InvalidRequest
+    );
     // A model of another kind is refused before any provider call.
     let (_, refused) = stream(
         &host.human,
@@ -241,6 +425,23 @@ async fn a_custom_provider_streams_reasoning_text_usage_and_stop_in_order() {
     assert_eq!(got, want);
     assert_eq!(result["text"], CHAT_DELTAS.concat());
     assert_eq!(result["reasoning"], CHAT_REASONING);
+    check_benchmark(
+        &result,
+        &Expect {
+            method: "models.invoke",
+            requested: json!({"providerId":provider,"modelId":"test-chat"}),
+            adapter: "openai-compatible",
+            settings: settings(json!({"temperature":0.3,"maxTokens":64,"systemPrompt":true,
+                "systemPromptChars":8,"messageCount":2})),
+            input_bytes: "be brief".len() + "hello there".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    assert_eq!(
+        result["benchmark"]["usage"]["completionTokens"],
+        CHAT_USAGE.1
+    );
     let sent = &server.requests()[0];
     assert_eq!(
         sent.authorization.as_deref(),
@@ -410,11 +611,27 @@ async fn media_results_are_owned_artifacts_and_agents_get_ids_only() {
     let png = download(&host.human, artifact["id"].as_str().expect("id")).await;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
     assert_eq!(png.len() as u64, artifact["size"].as_u64().expect("size"));
+    check_benchmark(
+        &image,
+        &Expect {
+            method: "images.generate",
+            requested: json!({"providerId":"builtin","modelId":"builtin-image"}),
+            adapter: "builtin",
+            settings: settings(json!({"size":"32x16"})),
+            input_bytes: "a lighthouse".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    assert_eq!(
+        image["benchmark"]["artifacts"][0]["sha256"],
+        sha256_hex(&png)
+    );
 
     let (records, video) = stream(
         &host.human,
         "videos.generate",
-        json!({"providerId":"builtin","modelId":"builtin-video","prompt":"waves","options":{"seconds":"1","size":"16x16"}}),
+        json!({"prompt":"waves","options":{"seconds":"1","size":"16x16"}}),
     )
     .await;
     let video = video.expect("video");
@@ -442,6 +659,28 @@ async fn media_results_are_owned_artifacts_and_agents_get_ids_only() {
         ]
     );
     assert_eq!(video["artifacts"][0]["mimeType"], "video/x-msvideo");
+    check_benchmark(
+        &video,
+        &Expect {
+            method: "videos.generate",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"seconds":"1","size":"16x16"})),
+            input_bytes: "waves".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    let avi = download(
+        &host.human,
+        video["artifacts"][0]["id"].as_str().expect("id"),
+    )
+    .await;
+    assert_eq!(
+        video["benchmark"]["artifacts"][0]["sha256"],
+        sha256_hex(&avi)
+    );
+    assert_eq!(video["benchmark"]["outputBytes"], avi.len() as u64);
 
     // An agent generates speech, gets an id and metadata, cannot download the bytes, but can transcribe its own
     // artifact (the agent path) and gets back the spoken text.
@@ -458,6 +697,18 @@ async fn media_results_are_owned_artifacts_and_agents_get_ids_only() {
         .expect("id")
         .to_owned();
     assert_eq!(speech["artifacts"][0]["owner"], "agent");
+    check_benchmark(
+        &speech,
+        &Expect {
+            method: "speech.generate",
+            requested: json!({"providerId":"builtin","modelId":"builtin-speech"}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: "open the pod bay doors".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
     let mut sink = Vec::new();
     let refused = agent
         .download(&id, &mut sink, WAIT)
@@ -478,6 +729,19 @@ async fn media_results_are_owned_artifacts_and_agents_get_ids_only() {
     assert_eq!(text["text"], "open the pod bay doors");
     assert_eq!(text["mimeType"], "audio/wav");
     assert_eq!(text["truncated"], false);
+    check_benchmark(
+        &text,
+        &Expect {
+            method: "audio.transcribeArtifact",
+            requested: json!({"providerId":"builtin","modelId":"builtin-transcribe"}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: usize::try_from(speech["artifacts"][0]["size"].as_u64().expect("size"))
+                .expect("size"),
+            input_artifact: speech["benchmark"]["artifacts"][0].clone(),
+        },
+        &host.data,
+    );
     // The human's image is not the agent's: not found, exactly like a missing id.
     let foreign = agent
         .rpc(
@@ -500,16 +764,57 @@ async fn uploads_are_transcribed_and_bounded() {
     let (_, speech) = stream(
         &host.human,
         "speech.generate",
-        json!({"providerId":"builtin","modelId":"builtin-speech","text":"hello upload"}),
+        json!({"text":"hello upload","options":{"voice":"alloy","responseFormat":"wav","speed":1.5}}),
     )
     .await;
-    let id = speech.expect("speech")["artifacts"][0]["id"]
+    let speech = speech.expect("speech");
+    let id = speech["artifacts"][0]["id"]
         .as_str()
         .expect("id")
         .to_owned();
+    let wav = download(&host.human, &id).await;
+    check_benchmark(
+        &speech,
+        &Expect {
+            method: "speech.generate",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({"voice":"alloy","responseFormat":"wav","speed":1.5})),
+            input_bytes: "hello upload".len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
+    );
+    assert_eq!(
+        speech["benchmark"]["artifacts"][0]["sha256"],
+        sha256_hex(&wav)
+    );
+    // The human transcribes the artifact with ids left out: the record names the input by id and hash.
+    let heard = host
+        .human
+        .rpc(
+            &RequestEnvelope::new("t", "audio.transcribeArtifact", json!({"artifactId": id})),
+            WAIT,
+        )
+        .await
+        .expect("transcribe artifact");
+    assert_eq!(heard["text"], "hello upload");
+    check_benchmark(
+        &heard,
+        &Expect {
+            method: "audio.transcribeArtifact",
+            requested: json!({"providerId":null,"modelId":null}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: wav.len(),
+            input_artifact: json!({"id":id,"mimeType":"audio/wav","size":wav.len(),"sha256":sha256_hex(&wav)}),
+        },
+        &host.data,
+    );
     let path = host.tmp.path().join("speech.wav");
-    std::fs::write(&path, download(&host.human, &id).await).expect("write wav");
-    let params = json!({"providerId":"builtin","modelId":"builtin-transcribe","mimeType":"audio/wav","filename":"speech.wav"});
+    std::fs::write(&path, &wav).expect("write wav");
+    let params =
+        json!({"modelId":"builtin-transcribe","mimeType":"audio/wav","filename":"speech.wav"});
     let text = host
         .human
         .upload(
@@ -524,6 +829,18 @@ async fn uploads_are_transcribed_and_bounded() {
     assert_eq!(
         text["inputBytes"].as_u64(),
         Some(std::fs::metadata(&path).expect("meta").len())
+    );
+    check_benchmark(
+        &text,
+        &Expect {
+            method: "audio.transcribeUpload",
+            requested: json!({"providerId":null,"modelId":"builtin-transcribe"}),
+            adapter: "builtin",
+            settings: settings(json!({})),
+            input_bytes: wav.len(),
+            input_artifact: Value::Null,
+        },
+        &host.data,
     );
     // One byte over 25 MiB is refused by the server before the provider sees it.
     let big = host.tmp.path().join("big.wav");

@@ -42,6 +42,10 @@ pub use media::{
 pub use openai::{OpenAiConfig, OpenAiProvider, validate_base_url};
 pub use sse::{SseDecoder, SseError};
 
+/// This crate's version (the workspace version), reported with [`Provider::adapter`] as the provider adapter
+/// version of a benchmark record.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Where answers come from.
 #[derive(Debug)]
 pub enum Provider {
@@ -101,6 +105,15 @@ impl Provider {
             default_model: Some(default_model),
             limits,
         })
+    }
+
+    /// The adapter's stable name: `builtin` or `openai-compatible` (with [`VERSION`], the provider adapter of a
+    /// benchmark record).
+    pub fn adapter(&self) -> &'static str {
+        match self {
+            Provider::Builtin(_) => "builtin",
+            Provider::OpenAi(_) => "openai-compatible",
+        }
     }
 
     /// Whether this is the built-in provider.
@@ -218,6 +231,7 @@ mod tests {
         let builtin = from(&[], Some("m")).expect("builtin");
         assert!(builtin.is_builtin());
         assert_eq!(builtin.default_model(), Some(BUILTIN_MODEL));
+        assert_eq!(builtin.adapter(), "builtin");
         let openai = from(
             &[
                 ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
@@ -227,6 +241,8 @@ mod tests {
         )
         .expect("openai");
         assert_eq!(openai.default_model(), Some("fallback"));
+        assert_eq!(openai.adapter(), "openai-compatible");
+        assert_eq!(VERSION, env!("CARGO_PKG_VERSION"));
         let openai = from(
             &[
                 ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),

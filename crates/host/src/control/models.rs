@@ -14,6 +14,13 @@
 //! the registry reads from its 0600 file. Compute admission
 //! (`admission`) has already run in `authorize`; its wait is `latency.queueMs`.
 //!
+//! Ids may be absent: the provider defaults to `builtin` and, with it, the model to the built-in model of the
+//! method's kind. Every result carries a `benchmark` record ([`ComputeBenchmark`], the spec's "Benchmark
+//! Contract") filled from the call: requested (as given, `null` when defaulted) and resolved ids, redacted
+//! settings, byte counts, usage, latencies, finish reason, retries (always 0: nothing here retries),
+//! cancellation (`false`: a cancelled call ends with an error), artifact id/MIME/size/SHA-256 (never a path),
+//! and the app, protocol, surface and provider adapter versions.
+//!
 //! Upstream error text, headers and bodies never reach a caller, the audit log or the host log: the provider
 //! crate never reads them, and this module logs only the stable code.
 
@@ -27,10 +34,12 @@ use agentwire_local_control::contract::media::{
     TranscribeArtifact, TranscribeUpload, TranscriptionResult, VideosGenerate,
 };
 use agentwire_local_control::contract::models::{
-    self as wire, Capabilities, CapabilitiesResult, FinishReason, GetCapabilities, Invoke,
-    InvokeEvent, InvokeLatency, InvokeResult, InvokeRole, InvokeUsage, ListPublic,
-    ListPublicResult, ModelKind, PublicModel,
+    self as wire, BenchmarkArtifact, Capabilities, CapabilitiesResult, ComputeBenchmark,
+    FinishReason, GenerationSettings, GetCapabilities, Invoke, InvokeEvent, InvokeLatency,
+    InvokeResult, InvokeRole, InvokeUsage, ListPublic, ListPublicResult, ModelKind, ModelRef,
+    PublicModel, RequestedModel,
 };
+use agentwire_local_control::contract::{PROTOCOL_VERSION, SURFACE_VERSION};
 use agentwire_local_control::envelope::{
     ErrorBody, ErrorCode, RequestEnvelope, UploadRequestEnvelope,
 };
@@ -265,18 +274,41 @@ struct Target {
     provider: std::sync::Arc<Provider>,
 }
 
-/// Resolves `provider_id`/`model_id` for a call that needs a model of `kind`.
+/// The built-in model for calls of `kind` that name no model.
+fn builtin_model_for(kind: ModelKind) -> Option<&'static str> {
+    BUILTIN_KINDS
+        .iter()
+        .find(|(_, k)| *k == kind)
+        .map(|(id, _)| *id)
+}
+
+/// Resolves `provider_id`/`model_id` for a call that needs a model of `kind`: an absent provider is
+/// `builtin`, an absent model with it is the built-in model of `kind` (absent with another provider is
+/// `invalid_request`; the contract refuses it first).
 ///
 /// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models only where the registry's
 /// model types can say (chat and image generation): their speech, transcription and video models are taken as
 /// named.
 fn resolve(
     plane: &ControlPlane,
-    provider_id: &str,
-    model_id: &str,
+    requested: &RequestedModel,
     kind: ModelKind,
 ) -> Result<Target, ErrorBody> {
     let limits = plane.inner.provider_limits.clone();
+    let provider_id = requested
+        .provider_id
+        .as_deref()
+        .unwrap_or(BUILTIN_PROVIDER_ID);
+    let model_id = match (requested.model_id.as_deref(), provider_id) {
+        (Some(model), _) => model,
+        (None, BUILTIN_PROVIDER_ID) => builtin_model_for(kind).ok_or_else(|| not_for(kind))?,
+        (None, _) => {
+            return Err(error(
+                ErrorCode::InvalidRequest,
+                "modelId is required with a provider other than builtin",
+            ));
+        }
+    };
     let resolved = with_registry(plane, |registry| {
         registry
             .resolve(Some(provider_id), Some(model_id))
@@ -328,6 +360,45 @@ fn not_for(kind: ModelKind) -> ErrorBody {
     )
 }
 
+/// The benchmark record of `method` served by `target`, with what every method shares; handlers fill in the
+/// rest with struct update syntax.
+fn benchmark(
+    plane: &ControlPlane,
+    method: &str,
+    requested: RequestedModel,
+    target: &Target,
+    latency: InvokeLatency,
+) -> ComputeBenchmark {
+    ComputeBenchmark {
+        method: method.to_owned(),
+        requested,
+        resolved: ModelRef {
+            provider_id: target.provider_id.clone(),
+            model_id: target.model_id.clone(),
+        },
+        settings: GenerationSettings::default(),
+        input_bytes: 0,
+        output_bytes: 0,
+        usage: None,
+        latency,
+        finish_reason: FinishReason::Complete,
+        retries: 0,
+        cancelled: false,
+        input_artifact: None,
+        artifacts: Vec::new(),
+        app_version: plane.inner.app_version.clone(),
+        protocol_version: PROTOCOL_VERSION,
+        surface_version: SURFACE_VERSION,
+        provider_adapter: target.provider.adapter().to_owned(),
+        provider_adapter_version: agentwire_provider::VERSION.to_owned(),
+    }
+}
+
+/// JavaScript characters (UTF-16 units) of `text`.
+fn js_chars(text: &str) -> u64 {
+    text.encode_utf16().count() as u64
+}
+
 /// `/v1/rpc` methods of this module.
 pub(super) async fn dispatch(
     plane: &ControlPlane,
@@ -346,7 +417,7 @@ pub(super) async fn dispatch(
         }
         TranscribeArtifact::NAME => {
             let p = params::<TranscribeArtifact>(request.params)?;
-            transcribe_artifact(plane, ctx, &grant.caller, p).await
+            transcribe_artifact(plane, ctx, grant, p).await
         }
         other => Err(error(
             ErrorCode::NotFound,
@@ -487,7 +558,26 @@ async fn invoke(
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
     let started = Instant::now();
-    let target = resolve(plane, &p.provider_id, &p.model_id, ModelKind::Chat)?;
+    let requested = RequestedModel {
+        provider_id: p.provider_id.clone(),
+        model_id: p.model_id.clone(),
+    };
+    let target = resolve(plane, &requested, ModelKind::Chat)?;
+    let system: Vec<&str> = p
+        .messages
+        .iter()
+        .filter(|m| m.role == InvokeRole::System)
+        .map(|m| m.content.as_str())
+        .collect();
+    let settings = GenerationSettings {
+        temperature: p.temperature,
+        max_tokens: p.max_tokens,
+        system_prompt: !system.is_empty(),
+        system_prompt_chars: system.iter().map(|s| js_chars(s)).sum(),
+        message_count: u32::try_from(p.messages.len()).unwrap_or(u32::MAX),
+        ..GenerationSettings::default()
+    };
+    let input_bytes: u64 = p.messages.iter().map(|m| m.content.len() as u64).sum();
     let chat = ChatRequest {
         model: Some(target.model_id.clone()),
         messages: p
@@ -619,6 +709,20 @@ async fn invoke(
         }
         _ => {}
     }
+    let latency = InvokeLatency {
+        queue_ms,
+        first_event_ms,
+        first_text_ms,
+        total_ms: millis(started),
+    };
+    let benchmark = ComputeBenchmark {
+        settings,
+        input_bytes,
+        output_bytes: (text.len() + reasoning.len()) as u64,
+        usage,
+        finish_reason,
+        ..benchmark(plane, Invoke::NAME, requested, &target, latency)
+    };
     result::<Invoke>(&InvokeResult {
         provider_id: target.provider_id,
         model_id: target.model_id,
@@ -626,12 +730,8 @@ async fn invoke(
         reasoning: (!reasoning.is_empty()).then_some(reasoning),
         usage,
         finish_reason,
-        latency: InvokeLatency {
-            queue_ms,
-            first_event_ms,
-            first_text_ms,
-            total_ms: millis(started),
-        },
+        latency,
+        benchmark,
     })
 }
 
@@ -746,6 +846,13 @@ fn parse_seconds(seconds: Option<&str>) -> Result<Option<u32>, ErrorBody> {
         .transpose()
 }
 
+/// The typed params of the generate method called.
+enum MediaParams {
+    Image(wire_media::GenerateParams<wire_media::ImageOptions>),
+    Speech(wire_media::SpeechParams),
+    Video(wire_media::GenerateParams<wire_media::VideoOptions>),
+}
+
 async fn generate(
     plane: &ControlPlane,
     ctx: &RequestContext,
@@ -754,22 +861,63 @@ async fn generate(
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
     let started = Instant::now();
+    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
     let method = grant.method;
-    let (provider_id, model_id, kind) = match method {
+    let (called, requested, kind, settings, input_bytes) = match method {
         ImagesGenerate::NAME => {
             let p = params::<ImagesGenerate>(request.params.clone())?;
-            (p.provider_id, p.model_id, ModelKind::ImageGeneration)
+            let requested = RequestedModel {
+                provider_id: p.provider_id.clone(),
+                model_id: p.model_id.clone(),
+            };
+            let settings = GenerationSettings {
+                size: p.options.as_ref().and_then(|o| o.size.clone()),
+                ..GenerationSettings::default()
+            };
+            let bytes = p.prompt.len() as u64;
+            let kind = ModelKind::ImageGeneration;
+            (MediaParams::Image(p), requested, kind, settings, bytes)
         }
         SpeechGenerate::NAME => {
             let p = params::<SpeechGenerate>(request.params.clone())?;
-            (p.provider_id, p.model_id, ModelKind::Speech)
+            let requested = RequestedModel {
+                provider_id: p.provider_id.clone(),
+                model_id: p.model_id.clone(),
+            };
+            let options = p.options.clone().unwrap_or_default();
+            let settings = GenerationSettings {
+                voice: options.voice,
+                response_format: options.response_format,
+                speed: options.speed,
+                ..GenerationSettings::default()
+            };
+            let bytes = p.text.len() as u64;
+            (
+                MediaParams::Speech(p),
+                requested,
+                ModelKind::Speech,
+                settings,
+                bytes,
+            )
         }
         _ => {
             let p = params::<VideosGenerate>(request.params.clone())?;
-            (p.provider_id, p.model_id, ModelKind::VideoGeneration)
+            let requested = RequestedModel {
+                provider_id: p.provider_id.clone(),
+                model_id: p.model_id.clone(),
+            };
+            let options = p.options.clone().unwrap_or_default();
+            let settings = GenerationSettings {
+                seconds: options.seconds,
+                size: options.size,
+                ..GenerationSettings::default()
+            };
+            let bytes = p.prompt.len() as u64;
+            let kind = ModelKind::VideoGeneration;
+            (MediaParams::Video(p), requested, kind, settings, bytes)
         }
     };
-    let target = resolve(plane, &provider_id, &model_id, kind)?;
+    let target = resolve(plane, &requested, kind)?;
     let started_event = MediaEvent::Started {
         provider_id: target.provider_id.clone(),
         model_id: target.model_id.clone(),
@@ -782,19 +930,20 @@ async fn generate(
         _ => "video generation",
     };
     let fail = |e: ProviderError| provider_failure(&e, what);
-    let (outputs, label): (Vec<Output>, &str) = match method {
-        ImagesGenerate::NAME => {
-            let p = params::<ImagesGenerate>(request.params.clone())?;
+    let mut first_event_ms = None;
+    let (outputs, label): (Vec<Output>, &str) = match &called {
+        MediaParams::Image(p) => {
             let image_request = ImageRequest {
                 model,
-                prompt: p.prompt,
-                size: p.options.and_then(|o| o.size),
+                prompt: p.prompt.clone(),
+                size: p.options.as_ref().and_then(|o| o.size.clone()),
                 n: 1,
             };
             let images = tokio::select! {
                 images = target.provider.generate_images(&image_request) => images.map_err(fail)?,
                 () = ctx.cancel.cancelled() => return Err(cancelled()),
             };
+            first_event_ms = Some(millis(started));
             if images.len() > 8 {
                 return Err(error(
                     ErrorCode::ResultTooLarge,
@@ -812,12 +961,11 @@ async fn generate(
                 "image",
             )
         }
-        SpeechGenerate::NAME => {
-            let p = params::<SpeechGenerate>(request.params.clone())?;
-            let options = p.options.unwrap_or_default();
+        MediaParams::Speech(p) => {
+            let options = p.options.clone().unwrap_or_default();
             let speech_request = SpeechRequest {
                 model,
-                input: p.text,
+                input: p.text.clone(),
                 voice: options.voice,
                 format: options.response_format,
             };
@@ -825,6 +973,7 @@ async fn generate(
                 audio = target.provider.generate_speech(&speech_request) => audio.map_err(fail)?,
                 () = ctx.cancel.cancelled() => return Err(cancelled()),
             };
+            first_event_ms = Some(millis(started));
             (
                 vec![Output {
                     bytes: audio.bytes,
@@ -833,12 +982,11 @@ async fn generate(
                 "audio",
             )
         }
-        _ => {
-            let p = params::<VideosGenerate>(request.params.clone())?;
-            let options = p.options.unwrap_or_default();
+        MediaParams::Video(p) => {
+            let options = p.options.clone().unwrap_or_default();
             let video_request = VideoRequest {
                 model,
-                prompt: p.prompt,
+                prompt: p.prompt.clone(),
                 seconds: parse_seconds(options.seconds.as_deref())?,
                 size: options.size,
             };
@@ -846,7 +994,7 @@ async fn generate(
             let mut on_progress = move |job: &agentwire_provider::VideoJob| {
                 let _ = tx.send((job.status.as_str(), job.progress));
             };
-            let video = {
+            let generated = {
                 let generating = target
                     .provider
                     .generate_video(&video_request, &mut on_progress);
@@ -854,6 +1002,7 @@ async fn generate(
                 loop {
                     tokio::select! {
                         Some((status, progress)) = rx.recv() => {
+                            first_event_ms.get_or_insert_with(|| millis(started));
                             let event = MediaEvent::Progress { status: status.to_owned(), progress };
                             emit(&mut sink, method, to_value(&event)?).await?;
                         }
@@ -862,6 +1011,7 @@ async fn generate(
                     }
                 }
             };
+            first_event_ms.get_or_insert_with(|| millis(started));
             while let Ok((status, progress)) = rx.try_recv() {
                 let event = MediaEvent::Progress {
                     status: status.to_owned(),
@@ -871,8 +1021,8 @@ async fn generate(
             }
             (
                 vec![Output {
-                    bytes: video.bytes,
-                    mime: video.mime,
+                    bytes: generated.bytes,
+                    mime: generated.mime,
                 }],
                 "video",
             )
@@ -897,37 +1047,45 @@ async fn generate(
     )
     .await?;
     let duration_ms = millis(started);
-    match method {
-        ImagesGenerate::NAME => {
-            let p = params::<ImagesGenerate>(request.params.clone())?;
-            result::<ImagesGenerate>(&GenerateResult {
-                provider_id: target.provider_id,
-                model_id: target.model_id,
-                artifacts,
-                requested_options: p.options,
-                duration_ms,
-            })
-        }
-        SpeechGenerate::NAME => {
-            let p = params::<SpeechGenerate>(request.params.clone())?;
-            result::<SpeechGenerate>(&GenerateResult {
-                provider_id: target.provider_id,
-                model_id: target.model_id,
-                artifacts,
-                requested_options: p.options,
-                duration_ms,
-            })
-        }
-        _ => {
-            let p = params::<VideosGenerate>(request.params.clone())?;
-            result::<VideosGenerate>(&GenerateResult {
-                provider_id: target.provider_id,
-                model_id: target.model_id,
-                artifacts,
-                requested_options: p.options,
-                duration_ms,
-            })
-        }
+    let latency = InvokeLatency {
+        queue_ms,
+        first_event_ms,
+        first_text_ms: None,
+        total_ms: duration_ms,
+    };
+    let benchmark = ComputeBenchmark {
+        settings,
+        input_bytes,
+        output_bytes: artifacts.iter().map(|a| a.size).sum(),
+        artifacts: artifacts.iter().map(BenchmarkArtifact::from).collect(),
+        ..benchmark(plane, method, requested, &target, latency)
+    };
+    let (provider_id, model_id) = (target.provider_id, target.model_id);
+    match called {
+        MediaParams::Image(p) => result::<ImagesGenerate>(&GenerateResult {
+            provider_id,
+            model_id,
+            artifacts,
+            requested_options: p.options,
+            duration_ms,
+            benchmark,
+        }),
+        MediaParams::Speech(p) => result::<SpeechGenerate>(&GenerateResult {
+            provider_id,
+            model_id,
+            artifacts,
+            requested_options: p.options,
+            duration_ms,
+            benchmark,
+        }),
+        MediaParams::Video(p) => result::<VideosGenerate>(&GenerateResult {
+            provider_id,
+            model_id,
+            artifacts,
+            requested_options: p.options,
+            duration_ms,
+            benchmark,
+        }),
     }
 }
 
@@ -944,48 +1102,71 @@ fn bound_transcript(mut text: String) -> (String, bool) {
     (text, false)
 }
 
-async fn transcribe(
-    plane: &ControlPlane,
-    ctx: &RequestContext,
-    provider_id: &str,
-    model_id: &str,
+/// One transcription's input: the audio and what the benchmark record says about it.
+struct AudioInput {
     audio: Vec<u8>,
     mime: String,
     file_name: String,
+    /// The spool artifact it came from (`audio.transcribeArtifact`).
+    artifact: Option<BenchmarkArtifact>,
+}
+
+async fn transcribe(
+    plane: &ControlPlane,
+    ctx: &RequestContext,
+    grant: &Grant,
+    requested: RequestedModel,
+    input: AudioInput,
 ) -> Result<Value, ErrorBody> {
     let started = Instant::now();
-    let target = resolve(plane, provider_id, model_id, ModelKind::Transcription)?;
-    let input_bytes = audio.len() as u64;
+    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    let target = resolve(plane, &requested, ModelKind::Transcription)?;
+    let input_bytes = input.audio.len() as u64;
     let request = TranscriptionRequest {
         model: Some(target.model_id.clone()),
-        audio,
-        file_name,
-        mime: mime.clone(),
+        audio: input.audio,
+        file_name: input.file_name,
+        mime: input.mime.clone(),
         language: None,
     };
     let transcription = tokio::select! {
         t = target.provider.transcribe(&request) => t.map_err(|e| provider_failure(&e, "transcription"))?,
         () = ctx.cancel.cancelled() => return Err(cancelled()),
     };
+    let first_event_ms = millis(started);
     let (text, truncated) = bound_transcript(transcription.text);
+    let elapsed = started.elapsed();
+    let latency = InvokeLatency {
+        queue_ms,
+        first_event_ms: Some(first_event_ms),
+        first_text_ms: (!text.is_empty()).then_some(first_event_ms),
+        total_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    };
+    let benchmark = ComputeBenchmark {
+        input_bytes,
+        output_bytes: text.len() as u64,
+        input_artifact: input.artifact,
+        ..benchmark(plane, grant.method, requested, &target, latency)
+    };
     result::<TranscribeArtifact>(&TranscriptionResult {
         provider_id: target.provider_id,
         model_id: target.model_id,
         text,
         truncated,
         input_bytes,
-        mime_type: mime,
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        mime_type: input.mime,
+        duration_ms: elapsed.as_secs_f64() * 1000.0,
+        benchmark,
     })
 }
 
 async fn transcribe_artifact(
     plane: &ControlPlane,
     ctx: &RequestContext,
-    caller: &Caller,
+    grant: &Grant,
     p: wire_media::TranscribeArtifactParams,
 ) -> Result<Value, ErrorBody> {
-    let owner = spool_owner(caller);
+    let owner = spool_owner(&grant.caller);
     let (meta, mut reader) = plane
         .inner
         .spool
@@ -1010,23 +1191,30 @@ async fn transcribe_artifact(
         )
         .retriable(true)
     })?;
-    transcribe(
-        plane,
-        ctx,
-        &p.provider_id,
-        &p.model_id,
+    let artifact = BenchmarkArtifact {
+        id: meta.id,
+        mime_type: meta.mime_type,
+        size: meta.size,
+        sha256: meta.sha256,
+    };
+    let requested = RequestedModel {
+        provider_id: p.provider_id,
+        model_id: p.model_id,
+    };
+    let input = AudioInput {
         audio,
         mime,
-        meta.filename,
-    )
-    .await
+        file_name: meta.filename,
+        artifact: Some(artifact),
+    };
+    transcribe(plane, ctx, grant, requested, input).await
 }
 
 /// `/v1/upload` methods of this module (`audio.transcribeUpload`).
 pub(super) async fn upload(
     plane: &ControlPlane,
     ctx: &RequestContext,
-    _grant: &Grant,
+    grant: &Grant,
     request: UploadRequestEnvelope,
     file: UploadedFile,
 ) -> Result<Value, ErrorBody> {
@@ -1043,15 +1231,15 @@ pub(super) async fn upload(
     let audio = tokio::fs::read(&file.path).await.map_err(|e| {
         error(ErrorCode::Unavailable, format!("upload not readable: {e}")).retriable(true)
     })?;
-    let name = p.filename.clone().unwrap_or_else(|| "audio".to_owned());
-    transcribe(
-        plane,
-        ctx,
-        &p.provider_id,
-        &p.model_id,
+    let requested = RequestedModel {
+        provider_id: p.provider_id,
+        model_id: p.model_id,
+    };
+    let input = AudioInput {
         audio,
-        p.mime_type,
-        name,
-    )
-    .await
+        mime: p.mime_type,
+        file_name: p.filename.unwrap_or_else(|| "audio".to_owned()),
+        artifact: None,
+    };
+    transcribe(plane, ctx, grant, requested, input).await
 }

@@ -7,11 +7,14 @@
 //! `AudioInputMimeTypeSchema`, `AudioInputFilenameSchema`, the two transcription routes). Where we differ:
 //! `videos.generate` also streams `{"type":"progress","status":"in_progress","progress":50}` records (DeepChat's
 //! CLI shows none; the issue asks for progress), and image options accept `n` only through `size` (one image per
-//! call unless the provider returns more).
+//! call unless the provider returns more). As with `models.invoke`, `providerId` may be absent (`builtin`) and
+//! `modelId` may be absent with the built-in provider (its model of the method's kind); every result carries a
+//! [`ComputeBenchmark`] whose `requested` says what was given.
 
 use serde::{Deserialize, Serialize};
 
 use super::artifacts::{ArtifactMetadata, check_artifact_id};
+use super::models::{ComputeBenchmark, check_requested_ids};
 use super::serde_util::{present, trim_js};
 use super::{ContractError, Method, Problem, Validate, check_len, check_range, js_len};
 
@@ -114,10 +117,20 @@ pub struct SpeechOptions {
     bound(deserialize = "O: Deserialize<'de>")
 )]
 pub struct GenerateParams<O> {
-    /// Provider id, 1..=128.
-    pub provider_id: String,
-    /// Model id, 1..=256.
-    pub model_id: String,
+    /// Provider id, 1..=128; absent = `builtin`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub provider_id: Option<String>,
+    /// Model id, 1..=256; absent = the built-in model of the method's kind (built-in provider only).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub model_id: Option<String>,
     /// 1..=65536 characters, not blank.
     pub prompt: String,
     /// Provider options.
@@ -131,7 +144,7 @@ pub struct GenerateParams<O> {
 
 impl Validate for GenerateParams<ImageOptions> {
     fn validate(&self) -> Result<(), ContractError> {
-        check_ids(&self.provider_id, &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         check_prompt("prompt", &self.prompt)?;
         if let Some(o) = &self.options {
             check_option_text("options.size", &o.size)?;
@@ -142,7 +155,7 @@ impl Validate for GenerateParams<ImageOptions> {
 
 impl Validate for GenerateParams<VideoOptions> {
     fn validate(&self) -> Result<(), ContractError> {
-        check_ids(&self.provider_id, &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         check_prompt("prompt", &self.prompt)?;
         if let Some(o) = &self.options {
             check_option_text("options.seconds", &o.seconds)?;
@@ -156,10 +169,20 @@ impl Validate for GenerateParams<VideoOptions> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SpeechParams {
-    /// Provider id, 1..=128.
-    pub provider_id: String,
-    /// Model id, 1..=256.
-    pub model_id: String,
+    /// Provider id, 1..=128; absent = `builtin`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub provider_id: Option<String>,
+    /// Model id, 1..=256; absent = the built-in model of the method's kind (built-in provider only).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub model_id: Option<String>,
     /// 1..=65536 characters, not blank.
     pub text: String,
     /// Provider options.
@@ -173,7 +196,7 @@ pub struct SpeechParams {
 
 impl Validate for SpeechParams {
     fn validate(&self) -> Result<(), ContractError> {
-        check_ids(&self.provider_id, &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         check_prompt("text", &self.text)?;
         if let Some(o) = &self.options {
             if let Some(voice) = &o.voice {
@@ -199,7 +222,7 @@ impl Validate for SpeechParams {
 }
 
 /// Result of the three generate methods (strict): `{"providerId","modelId","artifacts":[…],
-/// "requestedOptions"?,"durationMs"}`; images 1..=8 artifacts, videos 1..=4, speech exactly 1.
+/// "requestedOptions"?,"durationMs","benchmark"}`; images 1..=8 artifacts, videos 1..=4, speech exactly 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     rename_all = "camelCase",
@@ -220,8 +243,10 @@ pub struct GenerateResult<O> {
         deserialize_with = "present"
     )]
     pub requested_options: Option<O>,
-    /// Whole call, milliseconds.
+    /// Whole call, milliseconds (equals `benchmark.latency.totalMs`).
     pub duration_ms: u64,
+    /// Benchmark facts.
+    pub benchmark: ComputeBenchmark,
 }
 
 fn check_artifacts(list: &[ArtifactMetadata], min: usize, max: usize) -> Result<(), ContractError> {
@@ -237,6 +262,7 @@ fn check_artifacts(list: &[ArtifactMetadata], min: usize, max: usize) -> Result<
 impl Validate for GenerateResult<ImageOptions> {
     fn validate(&self) -> Result<(), ContractError> {
         check_ids(&self.provider_id, &self.model_id)?;
+        self.benchmark.validate()?;
         check_artifacts(&self.artifacts, 1, 8)
     }
 }
@@ -244,6 +270,7 @@ impl Validate for GenerateResult<ImageOptions> {
 impl Validate for GenerateResult<VideoOptions> {
     fn validate(&self) -> Result<(), ContractError> {
         check_ids(&self.provider_id, &self.model_id)?;
+        self.benchmark.validate()?;
         check_artifacts(&self.artifacts, 1, 4)
     }
 }
@@ -251,6 +278,7 @@ impl Validate for GenerateResult<VideoOptions> {
 impl Validate for GenerateResult<SpeechOptions> {
     fn validate(&self) -> Result<(), ContractError> {
         check_ids(&self.provider_id, &self.model_id)?;
+        self.benchmark.validate()?;
         check_artifacts(&self.artifacts, 1, 1)
     }
 }
@@ -352,10 +380,20 @@ fn check_audio_mime(value: &str) -> Result<(), ContractError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscribeUploadParams {
-    /// Provider id, 1..=128.
-    pub provider_id: String,
-    /// Model id, 1..=256.
-    pub model_id: String,
+    /// Provider id, 1..=128; absent = `builtin`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub provider_id: Option<String>,
+    /// Model id, 1..=256; absent = the built-in model of the method's kind (built-in provider only).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub model_id: Option<String>,
     /// Lowercased on decode; see [`is_audio_mime`].
     #[serde(deserialize_with = "lowercase_trimmed")]
     pub mime_type: String,
@@ -375,7 +413,7 @@ fn lowercase_trimmed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D
 
 impl Validate for TranscribeUploadParams {
     fn validate(&self) -> Result<(), ContractError> {
-        check_ids(&self.provider_id, &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         check_audio_mime(&self.mime_type)?;
         if let Some(name) = &self.filename {
             check_len("filename", name, 1, 255)?;
@@ -396,23 +434,34 @@ impl Validate for TranscribeUploadParams {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscribeArtifactParams {
-    /// Provider id, 1..=128.
-    pub provider_id: String,
-    /// Model id, 1..=256.
-    pub model_id: String,
+    /// Provider id, 1..=128; absent = `builtin`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub provider_id: Option<String>,
+    /// Model id, 1..=256; absent = the built-in model of the method's kind (built-in provider only).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub model_id: Option<String>,
     /// An artifact the caller owns.
     pub artifact_id: String,
 }
 
 impl Validate for TranscribeArtifactParams {
     fn validate(&self) -> Result<(), ContractError> {
-        check_ids(&self.provider_id, &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         check_artifact_id("artifactId", &self.artifact_id)
     }
 }
 
 /// Result of both transcription methods (strict):
-/// `{"providerId","modelId","text","truncated":false,"inputBytes":1234,"mimeType":"audio/wav","durationMs":12}`.
+/// `{"providerId","modelId","text","truncated":false,"inputBytes":1234,"mimeType":"audio/wav","durationMs":12,
+/// "benchmark":{…}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscriptionResult {
@@ -430,11 +479,14 @@ pub struct TranscriptionResult {
     pub mime_type: String,
     /// Whole call, milliseconds (≤ 24 h).
     pub duration_ms: f64,
+    /// Benchmark facts.
+    pub benchmark: ComputeBenchmark,
 }
 
 impl Validate for TranscriptionResult {
     fn validate(&self) -> Result<(), ContractError> {
         check_ids(&self.provider_id, &self.model_id)?;
+        self.benchmark.validate()?;
         check_len(
             "text",
             &self.text,

@@ -10,8 +10,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::serde_util::present;
-use super::{ContractError, Method, Problem, Validate, check_len, check_range, js_len};
+use super::artifacts::{ArtifactMetadata, check_artifact_id};
+use super::serde_util::{nullable, present};
+use super::{
+    ContractError, Method, PROTOCOL_VERSION, Problem, SURFACE_VERSION, Validate, check_len,
+    check_range, js_len,
+};
 
 /// Most characters of all messages together (`MODEL_INVOKE_MAX_TOTAL_INPUT_CHARACTERS`, 4 Mi).
 pub const MODEL_INVOKE_MAX_TOTAL_INPUT_CHARACTERS: usize = 4 * 1024 * 1024;
@@ -32,6 +36,27 @@ fn check_provider_id(field: &'static str, id: &str) -> Result<(), ContractError>
 
 fn check_model_id(field: &'static str, id: &str) -> Result<(), ContractError> {
     check_len(field, id, 1, 256)
+}
+
+/// The id of the built-in provider, the default when a compute call names none.
+pub const BUILTIN_PROVIDER_ID: &str = "builtin";
+
+/// Checks the optional ids of a compute call: lengths, and no default model for a provider other than
+/// [`BUILTIN_PROVIDER_ID`] (`modelId` `inconsistent`).
+pub(crate) fn check_requested_ids(
+    provider_id: Option<&str>,
+    model_id: Option<&str>,
+) -> Result<(), ContractError> {
+    if let Some(id) = provider_id {
+        check_provider_id("providerId", id)?;
+    }
+    match model_id {
+        Some(id) => check_model_id("modelId", id),
+        None if provider_id.is_some_and(|p| p != BUILTIN_PROVIDER_ID) => {
+            Err(ContractError::field("modelId", Problem::Inconsistent))
+        }
+        None => Ok(()),
+    }
 }
 
 /// What a model is for.
@@ -235,13 +260,27 @@ pub struct InvokeMessage {
 /// Params of `models.invoke` (strict):
 /// `{"providerId":"builtin","modelId":"builtin-demo","messages":[{"role":"user","content":"hi"}],
 /// "temperature":0.2,"maxTokens":64}`.
+///
+/// Where we differ from DeepChat (which requires both ids): `providerId` may be absent (the host uses
+/// `builtin`), and `modelId` may be absent with the built-in provider (the host uses the built-in model of the
+/// method's kind); the result's [`ComputeBenchmark::requested`] then says `null`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeParams {
-    /// Provider id, 1..=128.
-    pub provider_id: String,
-    /// Model id, 1..=256.
-    pub model_id: String,
+    /// Provider id, 1..=128; absent = `builtin`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub provider_id: Option<String>,
+    /// Model id, 1..=256; absent = the built-in default (only with the built-in provider).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub model_id: Option<String>,
     /// 1..=128 messages, at most 4 Mi characters together.
     pub messages: Vec<InvokeMessage>,
     /// 0..=2.
@@ -262,8 +301,7 @@ pub struct InvokeParams {
 
 impl Validate for InvokeParams {
     fn validate(&self) -> Result<(), ContractError> {
-        check_provider_id("providerId", &self.provider_id)?;
-        check_model_id("modelId", &self.model_id)?;
+        check_requested_ids(self.provider_id.as_deref(), self.model_id.as_deref())?;
         if self.messages.is_empty() {
             return Err(ContractError::field("messages", Problem::TooShort));
         }
@@ -324,7 +362,8 @@ pub enum FinishReason {
     Complete,
 }
 
-/// `ModelInvokeLatencySchema` (strict), milliseconds since the request was accepted.
+/// `ModelInvokeLatencySchema` (strict), milliseconds since the handler started (after compute admission;
+/// `queueMs` is the admission wait before it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeLatency {
@@ -377,9 +416,213 @@ impl Validate for InvokeEvent {
     }
 }
 
-/// Result of `models.invoke` (strict): the resolved identity, the whole text, usage, finish reason and
-/// latency.
+/// The six compute methods whose results carry a [`ComputeBenchmark`].
+pub const COMPUTE_METHODS: &[&str] = &[
+    "models.invoke",
+    "images.generate",
+    "speech.generate",
+    "videos.generate",
+    "audio.transcribeUpload",
+    "audio.transcribeArtifact",
+];
+
+/// What the caller asked for (strict): `{"providerId":null,"modelId":null}`; `null` where the caller named
+/// nothing and the host used its default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestedModel {
+    /// The `providerId` param, or `null` when absent.
+    #[serde(deserialize_with = "nullable")]
+    pub provider_id: Option<String>,
+    /// The `modelId` param, or `null` when absent.
+    #[serde(deserialize_with = "nullable")]
+    pub model_id: Option<String>,
+}
+
+/// Generation settings with the text taken out (strict); every field is always present, `null` (or `false`,
+/// `0`) when the method has no such setting or the caller gave none:
+/// `{"temperature":0.3,"maxTokens":64,"systemPrompt":true,"systemPromptChars":8,"messageCount":2,"size":null,
+/// "seconds":null,"voice":null,"responseFormat":null,"speed":null}`.
+///
+/// Prompts, messages and the system prompt's text are never here: only whether a system prompt was given and
+/// its length.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GenerationSettings {
+    /// `models.invoke`'s `temperature` (0..=2) as given; `null` when absent (the provider's default).
+    #[serde(deserialize_with = "nullable")]
+    pub temperature: Option<f64>,
+    /// `models.invoke`'s `maxTokens` as given; `null` when absent.
+    #[serde(deserialize_with = "nullable")]
+    pub max_tokens: Option<u32>,
+    /// Whether any `system` message was given.
+    pub system_prompt: bool,
+    /// JavaScript characters (UTF-16 units) of all `system` messages together; 0 when none.
+    pub system_prompt_chars: u64,
+    /// Messages of `models.invoke`; 0 for the other methods.
+    pub message_count: u32,
+    /// Image or video `options.size` as given.
+    #[serde(deserialize_with = "nullable")]
+    pub size: Option<String>,
+    /// Video `options.seconds` as given.
+    #[serde(deserialize_with = "nullable")]
+    pub seconds: Option<String>,
+    /// Speech `options.voice` as given.
+    #[serde(deserialize_with = "nullable")]
+    pub voice: Option<String>,
+    /// Speech `options.responseFormat` as given.
+    #[serde(deserialize_with = "nullable")]
+    pub response_format: Option<String>,
+    /// Speech `options.speed` as given.
+    #[serde(deserialize_with = "nullable")]
+    pub speed: Option<f64>,
+}
+
+/// One artifact of a benchmark record (strict), never a local path:
+/// `{"id":"AbCdEfGhIjKlMnOpQrStUvWx","mimeType":"image/png","size":1234,"sha256":"<64 hex>"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BenchmarkArtifact {
+    /// Artifact id (bytes through `GET /v1/artifacts/:id`).
+    pub id: String,
+    /// MIME type.
+    pub mime_type: String,
+    /// Bytes.
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+impl From<&ArtifactMetadata> for BenchmarkArtifact {
+    fn from(meta: &ArtifactMetadata) -> BenchmarkArtifact {
+        BenchmarkArtifact {
+            id: meta.id.clone(),
+            mime_type: meta.mime_type.clone(),
+            size: meta.size,
+            sha256: meta.sha256.clone(),
+        }
+    }
+}
+
+impl Validate for BenchmarkArtifact {
+    fn validate(&self) -> Result<(), ContractError> {
+        check_artifact_id("benchmark.artifacts[].id", &self.id)?;
+        check_len("benchmark.artifacts[].mimeType", &self.mime_type, 3, 255)?;
+        if self.sha256.len() != 64
+            || !self
+                .sha256
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(ContractError::field(
+                "benchmark.artifacts[].sha256",
+                Problem::BadFormat,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `benchmark` of every compute result (strict; the spec's "Benchmark Contract"), filled by the host from the
+/// call it served. Every field is always present:
+/// `{"method":"models.invoke","requested":{"providerId":null,"modelId":null},
+/// "resolved":{"providerId":"builtin","modelId":"builtin-demo"},"settings":{…},"inputBytes":19,"outputBytes":46,
+/// "usage":{…},"latency":{"queueMs":0,"firstEventMs":1,"firstTextMs":1,"totalMs":3},"finishReason":"complete",
+/// "retries":0,"cancelled":false,"inputArtifact":null,"artifacts":[],"appVersion":"0.1.0","protocolVersion":1,
+/// "surfaceVersion":2,"providerAdapter":"builtin","providerAdapterVersion":"0.1.0"}`.
+///
+/// Latencies are milliseconds from the moment the handler started (after admission; `queueMs` is the admission
+/// wait before it). The CLI's version is not a field: `deepchat` is built from the same workspace as the host
+/// and carries the same version, which `deepchat system version` prints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComputeBenchmark {
+    /// Capability identity: the method served, one of [`COMPUTE_METHODS`].
+    pub method: String,
+    /// The ids the caller asked for (`null` = defaulted).
+    pub requested: RequestedModel,
+    /// The provider and model that served the call.
+    pub resolved: ModelRef,
+    /// Redacted generation settings.
+    pub settings: GenerationSettings,
+    /// Input bytes: UTF-8 bytes of the message contents (`models.invoke`), of the prompt or text (generate
+    /// methods), or of the audio (transcriptions).
+    pub input_bytes: u64,
+    /// Output bytes: UTF-8 bytes of answer plus reasoning (`models.invoke`), the artifacts' sizes together
+    /// (generate methods), or UTF-8 bytes of the returned transcript.
+    pub output_bytes: u64,
+    /// Token usage as the provider reported it (input = `promptTokens`, output = `completionTokens`); `null`
+    /// when it reported none (media and transcription providers report none).
+    #[serde(deserialize_with = "nullable")]
+    pub usage: Option<InvokeUsage>,
+    /// Queue, first provider event, first non-empty text (`models.invoke`'s first text delta, a
+    /// transcription's text; `null` for media) and total time, milliseconds.
+    pub latency: InvokeLatency,
+    /// Why generation stopped; `complete` for media and transcriptions (a cut transcript says `truncated`).
+    pub finish_reason: FinishReason,
+    /// Provider retries: always 0, the host never retries (a failed call ends with an error whose `retriable`
+    /// says whether the caller may).
+    pub retries: u32,
+    /// Cancellation outcome: always `false` in a result (a cancelled call ends with error `cancelled` instead).
+    pub cancelled: bool,
+    /// The input artifact of `audio.transcribeArtifact`; `null` otherwise.
+    #[serde(deserialize_with = "nullable")]
+    pub input_artifact: Option<BenchmarkArtifact>,
+    /// The output artifacts (generate methods), in `artifacts` order; empty otherwise.
+    pub artifacts: Vec<BenchmarkArtifact>,
+    /// The host application's version, 1..=128 characters.
+    pub app_version: String,
+    /// Always [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// Always [`SURFACE_VERSION`].
+    pub surface_version: u32,
+    /// The provider adapter: `builtin` or `openai-compatible`.
+    pub provider_adapter: String,
+    /// The provider adapter's version (the `agentwire-provider` crate's), 1..=64 characters.
+    pub provider_adapter_version: String,
+}
+
+impl Validate for ComputeBenchmark {
+    fn validate(&self) -> Result<(), ContractError> {
+        if !COMPUTE_METHODS.contains(&self.method.as_str()) {
+            return Err(ContractError::field("benchmark.method", Problem::BadFormat));
+        }
+        check_requested_ids(
+            self.requested.provider_id.as_deref(),
+            self.requested.model_id.as_deref(),
+        )?;
+        check_provider_id("benchmark.resolved.providerId", &self.resolved.provider_id)?;
+        check_model_id("benchmark.resolved.modelId", &self.resolved.model_id)?;
+        if self.artifacts.len() > 8 {
+            return Err(ContractError::field(
+                "benchmark.artifacts",
+                Problem::TooLong,
+            ));
+        }
+        self.artifacts.iter().try_for_each(Validate::validate)?;
+        if let Some(input) = &self.input_artifact {
+            input.validate()?;
+        }
+        check_len("benchmark.appVersion", &self.app_version, 1, 128)?;
+        if self.protocol_version != PROTOCOL_VERSION || self.surface_version != SURFACE_VERSION {
+            return Err(ContractError::field(
+                "benchmark.protocolVersion",
+                Problem::OutOfRange,
+            ));
+        }
+        check_len("benchmark.providerAdapter", &self.provider_adapter, 1, 64)?;
+        check_len(
+            "benchmark.providerAdapterVersion",
+            &self.provider_adapter_version,
+            1,
+            64,
+        )
+    }
+}
+
+/// Result of `models.invoke` (strict): the resolved identity, the whole text, usage, finish reason, latency
+/// and the benchmark record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeResult {
     /// Provider id.
@@ -406,12 +649,15 @@ pub struct InvokeResult {
     pub finish_reason: FinishReason,
     /// Timings.
     pub latency: InvokeLatency,
+    /// Benchmark facts.
+    pub benchmark: ComputeBenchmark,
 }
 
 impl Validate for InvokeResult {
     fn validate(&self) -> Result<(), ContractError> {
         check_provider_id("providerId", &self.provider_id)?;
         check_model_id("modelId", &self.model_id)?;
+        self.benchmark.validate()?;
         let total = js_len(&self.text) + self.reasoning.as_deref().map_or(0, js_len);
         if total > MODEL_INVOKE_MAX_OUTPUT_CHARACTERS {
             return Err(ContractError::field("text", Problem::TooLong));
@@ -496,9 +742,66 @@ mod tests {
             let typed: InvokeEvent = serde_json::from_value(event.clone()).expect("event");
             assert_eq!(serde_json::to_value(typed).expect("json"), event);
         }
+        let latency = json!({"queueMs":0,"firstEventMs":1,"firstTextMs":null,"totalMs":2});
         let result = json!({"providerId":"builtin","modelId":"m","text":"hi","finishReason":"max_tokens",
-            "latency":{"queueMs":0,"firstEventMs":1,"firstTextMs":null,"totalMs":2}});
+            "latency":latency, "benchmark": benchmark()});
         let typed = decode_result::<Invoke>(result.clone()).expect("result");
         assert_eq!(serde_json::to_value(typed).expect("json"), result);
+        // Every benchmark field is required, even when null.
+        let mut missing = result.clone();
+        missing["benchmark"]
+            .as_object_mut()
+            .expect("object")
+            .remove("usage");
+        assert!(decode_result::<Invoke>(missing).is_err());
+        let mut bad = result.clone();
+        bad["benchmark"]["method"] = json!("sessions.send");
+        assert_eq!(
+            decode_result::<Invoke>(bad)
+                .map(|_| ())
+                .map_err(|e| e.code()),
+            Err("bad_format")
+        );
+        let mut bad = result;
+        bad["benchmark"]["artifacts"] = json!([{"id":"AbCdEfGhIjKlMnOpQrStUvWx","mimeType":"image/png","size":1,"sha256":"AB"}]);
+        assert_eq!(
+            decode_result::<Invoke>(bad)
+                .map(|_| ())
+                .map_err(|e| e.code()),
+            Err("bad_format")
+        );
+    }
+
+    fn benchmark() -> serde_json::Value {
+        json!({"method":"models.invoke","requested":{"providerId":null,"modelId":null},
+            "resolved":{"providerId":"builtin","modelId":"m"},
+            "settings":{"temperature":null,"maxTokens":1,"systemPrompt":false,"systemPromptChars":0,
+                "messageCount":1,"size":null,"seconds":null,"voice":null,"responseFormat":null,"speed":null},
+            "inputBytes":2,"outputBytes":2,"usage":null,
+            "latency":{"queueMs":0,"firstEventMs":1,"firstTextMs":null,"totalMs":2},
+            "finishReason":"max_tokens","retries":0,"cancelled":false,"inputArtifact":null,"artifacts":[],
+            "appVersion":"1.0.0","protocolVersion":PROTOCOL_VERSION,"surfaceVersion":SURFACE_VERSION,
+            "providerAdapter":"builtin","providerAdapterVersion":"0.1.0"})
+    }
+
+    #[test]
+    fn ids_may_be_defaulted_but_a_custom_provider_needs_a_model() {
+        let params = |ids: serde_json::Value| {
+            let mut value = json!({"messages":[{"role":"user","content":"hi"}]});
+            for (k, v) in ids.as_object().expect("object") {
+                value[k] = v.clone();
+            }
+            decode_params::<Invoke>(value)
+                .map(|p| (p.provider_id, p.model_id))
+                .map_err(|e| e.code())
+        };
+        assert_eq!(params(json!({})), Ok((None, None)));
+        assert_eq!(
+            params(json!({"providerId":"builtin"})),
+            Ok((Some("builtin".to_owned()), None))
+        );
+        assert_eq!(params(json!({"providerId":"local"})), Err("inconsistent"));
+        assert_eq!(params(json!({"providerId":null})), Err("invalid_shape"));
+        assert_eq!(params(json!({"modelId":""})), Err("too_short"));
     }
 }
