@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use agentwire_host::providers::{NewProvider, ProviderRegistry};
 use agentwire_local_control::contract::providers::ApiType;
-use agentwire_process::{Child, Command, StopPlan};
+use agentwire_process::{Child, StopPlan};
 use agentwire_testkit::openai_server::{CHAT_DELTAS, CHAT_REASONING, Failure, OpenAiTestServer};
 use serde_json::{Value, json};
 use support::{Host, Output, RUN_TIMEOUT, collect, collect_from, read_until};
@@ -51,23 +51,8 @@ impl Serve {
     }
 }
 
-fn deepchat_command(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
-    cmd.args(args)
-        .inherit_os_env()
-        .env("AWP_HOST_DATA_DIR", &host.data)
-        .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
-        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
-        .env_remove("DEEPCHAT_CLI_OUTPUT")
-        .env_remove("DEEPCHAT_CLI_TIMEOUT_MS")
-        .envs(env.iter().copied());
-    cmd
-}
-
 async fn deepchat_env(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = deepchat_command(host, args, env)
-        .spawn()
-        .expect("spawn deepchat");
+    let mut child = host.deepchat(args, env).spawn().expect("spawn deepchat");
     child.stdin().close().await;
     collect(&mut child).await
 }
@@ -515,22 +500,22 @@ async fn ctrl_c_mid_stream_exits_7_and_aborts_the_upstream_request() {
     let provider = add_test_provider(&host, &server);
     let serve = serve(&host).await;
     server.set_failure(Some(Failure::StallMidStream));
-    let mut child = deepchat_command(
-        &host,
-        &[
-            "model",
-            "invoke",
-            "--provider",
-            &provider,
-            "--model",
-            "test-chat",
-            "--prompt",
-            "hi",
-        ],
-        &[],
-    )
-    .spawn()
-    .expect("spawn deepchat");
+    let mut child = host
+        .deepchat(
+            &[
+                "model",
+                "invoke",
+                "--provider",
+                &provider,
+                "--model",
+                "test-chat",
+                "--prompt",
+                "hi",
+            ],
+            &[],
+        )
+        .spawn()
+        .expect("spawn deepchat");
     child.stdin().close().await;
     let mut stdout = child.take_stdout().expect("stdout");
     let seen = read_until(&mut stdout, "Hello from").await;

@@ -7,7 +7,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentwire_process::{Child, Command, StdoutItem, StopPlan};
+use agentwire_process::{Child, StdoutItem, StopPlan};
 use agentwire_testkit::openai_server::{Failure, OpenAiTestServer};
 use serde_json::{Value, json};
 use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
@@ -121,19 +121,6 @@ impl Serve {
     }
 }
 
-fn deepchat_command(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
-    cmd.args(args)
-        .inherit_os_env()
-        .env("AWP_HOST_DATA_DIR", &host.data)
-        .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
-        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
-        .env_remove("DEEPCHAT_CLI_OUTPUT")
-        .env_remove("DEEPCHAT_CLI_TIMEOUT_MS")
-        .envs(env.iter().copied());
-    cmd
-}
-
 /// Runs `deepchat ARGS` with `stdin` written then closed; when `decision` is set, answers the approval of
 /// `method` meanwhile.
 async fn deepchat_full(
@@ -144,9 +131,7 @@ async fn deepchat_full(
     env: &[(&str, &str)],
     decision: Option<(&str, bool)>,
 ) -> Output {
-    let mut child = deepchat_command(host, args, env)
-        .spawn()
-        .expect("spawn deepchat");
+    let mut child = host.deepchat(args, env).spawn().expect("spawn deepchat");
     let input = child.stdin();
     let stdin = stdin.to_vec();
     let writer = async move {
@@ -253,7 +238,8 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
 
     // Add: an execution-config change, approved by the renderer; the approval shows no secret.
     let base = upstream.base_url();
-    let mut child = deepchat_command(&host, &add_args("local-llm", &base), &[])
+    let mut child = host
+        .deepchat(&add_args("local-llm", &base), &[])
         .spawn()
         .expect("spawn");
     child.stdin().close().await;
@@ -273,20 +259,20 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
     outputs.push(add);
 
     // The key comes from stdin (a trailing newline is dropped); the approval display names provider and action only.
-    let mut child = deepchat_command(
-        &host,
-        &[
-            "provider",
-            "set-credential",
-            "--provider",
-            &id,
-            "--stdin",
-            "--json",
-        ],
-        &[],
-    )
-    .spawn()
-    .expect("spawn");
+    let mut child = host
+        .deepchat(
+            &[
+                "provider",
+                "set-credential",
+                "--provider",
+                &id,
+                "--stdin",
+                "--json",
+            ],
+            &[],
+        )
+        .spawn()
+        .expect("spawn");
     let input = child.stdin();
     input
         .write_all(format!("{PLANTED_KEY}\n").as_bytes())

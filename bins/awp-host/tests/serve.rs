@@ -6,7 +6,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agentwire_process::{Child, Command, StopPlan};
+use agentwire_process::{Child, StopPlan};
 use serde_json::{Value, json};
 use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -51,25 +51,12 @@ impl Serve {
     }
 }
 
-fn deepchat_command(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
-    cmd.args(args)
-        .inherit_os_env()
-        .env("AWP_HOST_DATA_DIR", &host.data)
-        .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
-        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
-        .envs(env.iter().copied());
-    cmd
-}
-
 async fn deepchat(host: &Host, args: &[&str]) -> Output {
     deepchat_env(host, args, &[]).await
 }
 
 async fn deepchat_env(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = deepchat_command(host, args, env)
-        .spawn()
-        .expect("spawn deepchat");
+    let mut child = host.deepchat(args, env).spawn().expect("spawn deepchat");
     child.stdin().close().await;
     collect(&mut child).await
 }
@@ -108,7 +95,8 @@ const EXECUTION_CHANGE: &[&str] = &[
 
 /// Starts [`EXECUTION_CHANGE`] in the background (stdin closed); collect it with `collect`.
 async fn spawn_execution_change(host: &Host) -> Child {
-    let change = deepchat_command(host, EXECUTION_CHANGE, &[])
+    let change = host
+        .deepchat(EXECUTION_CHANGE, &[])
         .spawn()
         .expect("spawn deepchat");
     change.stdin().close().await;
@@ -190,7 +178,8 @@ async fn stopping_serve_mid_watch_ends_it_unavailable_and_the_run_is_readable_af
     host.agents_toml(AGENTS);
     let server = serve(&host, &["--console", "off"]).await;
     let run = start_run(&host, "silent", "wait").await;
-    let mut watch = deepchat_command(&host, &["run", "watch", "--run", &run, "--jsonl"], &[])
+    let mut watch = host
+        .deepchat(&["run", "watch", "--run", &run, "--jsonl"], &[])
         .spawn()
         .expect("spawn watch");
     watch.stdin().close().await;

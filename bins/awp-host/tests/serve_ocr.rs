@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use agentwire_process::{Child, Command, StopPlan};
+use agentwire_process::{Child, StopPlan};
 use agentwire_testkit::text_image;
 use serde_json::{Value, json};
 use support::{Host, Output, RUN_TIMEOUT, collect, read_until};
@@ -42,13 +42,7 @@ async fn stop(child: Child) {
 }
 
 async fn deepchat(host: &Host, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
-    cmd.args(args)
-        .inherit_os_env()
-        .env("AWP_HOST_DATA_DIR", &host.data)
-        .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
-        .envs(env.iter().copied());
-    let mut child = cmd.spawn().expect("spawn deepchat");
+    let mut child = host.deepchat(args, env).spawn().expect("spawn deepchat");
     child.stdin().close().await;
     collect(&mut child).await
 }

@@ -137,6 +137,21 @@ impl Host {
     }
 
     /// `threads show ID --json`.
+    /// `deepchat ARGS` (the real binary) talking to this host's data dir, with the caller's `DEEPCHAT_*`
+    /// variables removed so a developer's shell cannot change the output mode, timeout or token; `env` added.
+    pub fn deepchat(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(agentwire_testkit::bin_path("deepchat"));
+        cmd.args(args)
+            .inherit_os_env()
+            .env("AWP_HOST_DATA_DIR", &self.data)
+            .env_remove("DEEPCHAT_E2E_USER_DATA_DIR")
+            .env_remove("DEEPCHAT_CLI_AGENT_TOKEN")
+            .env_remove("DEEPCHAT_CLI_OUTPUT")
+            .env_remove("DEEPCHAT_CLI_TIMEOUT_MS")
+            .envs(env.iter().copied());
+        cmd
+    }
+
     pub async fn thread(&self, id: &str) -> Value {
         let out = self.run(&["threads", "show", id, "--json"]).await;
         assert_eq!(out.code, 0, "{out:?}");
