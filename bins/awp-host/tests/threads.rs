@@ -365,3 +365,33 @@ async fn the_cost_the_agent_reports_is_shown_and_threads_list_shows_the_last_run
         "{md:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markdown_export_shows_each_tool_line_with_one_symbol() {
+    let host = Host::new();
+    host.fixture_agent("fx", "tool-use", "awp-jsonl");
+    let out = host.run(&["chat", "--agent", "fx", "--jsonl", "go"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = thread_id(&out);
+    let md = host.run(&["threads", "export", &id]).await;
+    assert_eq!(md.code, 0, "{md:?}");
+    let tool_lines: Vec<&str> = md
+        .stdout
+        .lines()
+        .filter(|l| l.contains('⚙') || l.contains('↳'))
+        .collect();
+    assert!(
+        tool_lines.iter().any(|l| l.starts_with("`⚙ Bash "))
+            && tool_lines.iter().any(|l| l.starts_with("`↳ ")),
+        "a tool use and its result: {}",
+        md.stdout
+    );
+    for line in &tool_lines {
+        let symbols = line.matches(['⚙', '↳']).count();
+        assert_eq!(symbols, 1, "{line}");
+        assert!(
+            line.starts_with("`⚙ Bash ") || line.starts_with("`↳ "),
+            "{line}"
+        );
+    }
+}
