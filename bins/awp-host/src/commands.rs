@@ -639,7 +639,7 @@ fn detail_text(d: &ThreadDetail) -> String {
     s
 }
 
-fn entry_json(e: &AgentEntry, default: &str) -> Value {
+fn entry_json(e: &AgentEntry, is_default: bool) -> Value {
     json!({
         "name": e.name,
         "source": e.source.as_str(),
@@ -650,7 +650,7 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "provider": e.status.as_ref().ok().and_then(|spec| spec.provider.clone()),
         "line": e.location.map(|(line, _)| line),
         "column": e.location.map(|(_, column)| column),
-        "default": e.name == default,
+        "default": is_default,
         "usable": e.is_usable(),
         "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
     })
@@ -658,13 +658,12 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
 
 fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     let registry = load_agents(config_dir)?;
-    let default = registry.default_name();
     if json {
         let value = Value::Array(
             registry
                 .entries()
                 .iter()
-                .map(|e| entry_json(e, default))
+                .map(|e| entry_json(e, registry.is_default(e)))
                 .collect(),
         );
         print_out(&format!("{value}\n"))?;
@@ -690,7 +689,7 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
         rows.push([
             format!(
                 "{} {}",
-                if e.name == default { '*' } else { ' ' },
+                if registry.is_default(e) { '*' } else { ' ' },
                 line(&e.name)
             ),
             line(e.protocol.as_deref().unwrap_or("-")),

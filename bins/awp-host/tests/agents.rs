@@ -151,3 +151,40 @@ async fn a_symlinked_executable_is_resolved_once_and_both_are_shown() {
     assert_eq!(chat.code, 0, "{chat:?}");
     assert_eq!(chat.json()["text"], "echo: hi");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_entry_with_the_bundled_agents_name_is_not_the_default() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"awp-agent\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n",
+    );
+    let list = host.run(&["agents", "list", "--json"]).await.json();
+    let defaults: Vec<(&str, &str, bool)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["default"] == true)
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap(),
+                a["source"].as_str().unwrap(),
+                a["usable"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(defaults, [("awp-agent", "bundled", true)], "{list}");
+    let text = host.run(&["agents", "list"]).await;
+    let starred: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("* "))
+        .collect();
+    assert_eq!(starred.len(), 1, "{text:?}");
+    assert!(
+        starred[0].contains("usable") && !starred[0].contains("unusable"),
+        "{text:?}"
+    );
+    // The bundled agent still answers under its name.
+    let out = host.run(&["chat", "--agent", "awp-agent", "hi"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+}

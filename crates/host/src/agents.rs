@@ -909,19 +909,37 @@ impl AgentRegistry {
         &self.default
     }
 
-    /// The usable agent `name` (the default agent when `None`).
+    /// The entry that answers to `name`: the first with that name that was not refused for taking a name
+    /// already owned (an `agents.toml` entry named `env` or `awp-agent` ([`ConfigError::ReservedName`]) or a
+    /// repeated name ([`ConfigError::DuplicateName`]) never shadows the owner); else the first with that name.
+    pub fn entry(&self, name: &str) -> Option<&AgentEntry> {
+        let named = || self.entries.iter().filter(move |e| e.name == name);
+        named()
+            .find(|e| {
+                !matches!(
+                    e.status,
+                    Err(ConfigError::ReservedName | ConfigError::DuplicateName)
+                )
+            })
+            .or_else(|| named().next())
+    }
+
+    /// `true` when `entry` is the one the default agent resolves to ([`AgentRegistry::entry`] of
+    /// [`AgentRegistry::default_name`]); a refused entry that merely shares the name is not.
+    pub fn is_default(&self, entry: &AgentEntry) -> bool {
+        self.entry(&self.default)
+            .is_some_and(|owner| std::ptr::eq(owner, entry))
+    }
+
+    /// The usable agent `name` (the default agent when `None`), as [`AgentRegistry::entry`] finds it.
     ///
     /// # Errors
     /// [`AgentError::NotFound`], [`AgentError::Unusable`].
     pub fn resolve(&self, name: Option<&str>) -> Result<&AgentSpec, AgentError> {
         let name = name.unwrap_or(&self.default);
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| AgentError::NotFound {
-                name: name.to_owned(),
-            })?;
+        let entry = self.entry(name).ok_or_else(|| AgentError::NotFound {
+            name: name.to_owned(),
+        })?;
         entry
             .status
             .as_ref()
@@ -1330,6 +1348,22 @@ args = ["--base", "https://api.example.com"]
             entry.status.as_ref().unwrap_err().to_string()
         };
         assert!(message("env").contains("reserved"), "{}", message("env"));
+        // The refused entry named awp-agent neither shadows the bundled agent nor counts as the default.
+        assert_eq!(reg.default_name(), BUNDLED_AGENT);
+        let defaults: Vec<(&str, AgentSource)> = reg
+            .entries()
+            .iter()
+            .filter(|e| reg.is_default(e))
+            .map(|e| (e.name.as_str(), e.source))
+            .collect();
+        assert_eq!(defaults, [(BUNDLED_AGENT, AgentSource::Bundled)]);
+        assert_eq!(
+            reg.resolve(Some(BUNDLED_AGENT))
+                .map(|spec| spec.protocol)
+                .map_err(|e| e.code()),
+            Ok(AgentProtocol::AwpJsonl)
+        );
+        assert!(reg.resolve(None).is_ok());
         let remote = message("remote");
         assert!(remote.contains("remote_api_opt_in = true"), "{remote}");
         assert!(!remote.contains("AWP_AGENT"), "{remote}");
