@@ -68,7 +68,10 @@ fn store_failure(e: &StoreError) -> Failure {
         | StoreError::ThreadAmbiguous { .. }
         | StoreError::NoThreads
         | StoreError::InvalidTitle(_)
-        | StoreError::Id(agentwire_host::IdError::Malformed { .. }) => Exit::Usage,
+        | StoreError::Id(
+            agentwire_host::IdError::Malformed { .. }
+            | agentwire_host::IdError::MalformedReference { .. },
+        ) => Exit::Usage,
         StoreError::ThreadBusy { .. } => Exit::AgentUnavailable,
         _ => Exit::Protocol,
     };
@@ -276,6 +279,17 @@ async fn chat(
     };
     let agent_name = args.agent.as_deref().or(thread_agent.as_deref());
     let agent = registry.resolve(agent_name).map_err(|e| {
+        // The thread's own agent is gone from the configuration: say so, and what can be done.
+        if let (AgentError::NotFound { name }, None, Some(id)) = (&e, &args.agent, &thread) {
+            return usage(
+                e.code(),
+                format!(
+                    "thread {id} belongs to agent `{name}`, which is no longer configured (see `awp-host agents \
+                     list`); add `{name}` back to agents.toml to continue this thread, or start a new thread \
+                     with `awp-host chat --new --agent NAME`"
+                ),
+            );
+        }
         let exit = match e {
             AgentError::NotFound { .. } => Exit::Usage,
             _ => Exit::AgentUnavailable,
