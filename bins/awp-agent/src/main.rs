@@ -66,7 +66,8 @@ PROTOCOL:
             and exactly one result: {\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,
             \"session_id\":…,\"result\":<text>,\"usage\":{\"input_tokens\":…,\"output_tokens\":…},
             \"duration_ms\":…,\"num_turns\":1} or {\"type\":\"result\",\"subtype\":\"error\",\"is_error\":true,
-            \"result\":<code>}. Codes: invalid_input_line, input_line_too_long, unsupported_input_type,
+            \"result\":<code>} (+ \"errors\":[<reason>] for message_too_large). Codes: invalid_input_line,
+            input_line_too_long, message_too_large, unsupported_input_type,
             unsupported_content_block, empty_message, session_dir_unavailable, session_dir_insecure,
             session_store_failed, session_file_corrupt, session_id_unavailable, provider_unreachable,
             provider_timeout, provider_auth_failed, provider_rate_limited, provider_http_error,
@@ -79,7 +80,10 @@ SESSIONS:
     Stored in $AWP_AGENT_SESSION_DIR, else $XDG_STATE_HOME/awp-agent/sessions, else
     ~/.local/state/awp-agent/sessions: directory 0700 (refused if group/other accessible), one file
     <id>.json per session, 0600, replaced atomically (temp file in the same directory, fsync, rename).
-    Bounded: the newest 100 messages and at most 4 MiB per file; the oldest messages are dropped first.
+    Bounded: the newest 100 messages and at most 4 MiB (4194304 bytes) of JSON per file; the oldest
+    messages are dropped first. A new message must fit in a session file on its own (its JSON-escaped text
+    plus about 90 bytes of envelope): a larger one fails its turn with message_too_large before the
+    provider sees it and is not stored (the result's \"errors\" says the bytes needed and the limit).
     Input lines: at most 32 MiB each (attachments are base64 inside the line); a longer line ends its
     turn with input_line_too_long.
     New ids are awp-<32 hex digits> (128 random bits). The whole stored history goes to the provider
@@ -332,11 +336,28 @@ impl Agent {
             }
             stored_text.push_str(&format!("[image: {}]", image.media_type));
         }
-        // The user message is durable before the provider sees it.
-        session.messages.push(Message {
+        let message = Message {
             role: Role::User,
             content: stored_text,
-        });
+        };
+        // A message that cannot be stored even alone fails the turn: never sent, never stored, never dropped
+        // silently (older messages are trimmed on save; the current one never is).
+        if let Err(error) = store.check_fits(session, &message) {
+            eprintln!("awp-agent: {error}");
+            let errors = [error.to_string()];
+            let session_id = session.id.clone();
+            return self
+                .events
+                .send(&TurnResult::error_with(
+                    "error",
+                    Some(&session_id),
+                    error.code(),
+                    &errors,
+                ))
+                .await;
+        }
+        // The user message is durable before the provider sees it.
+        session.messages.push(message);
         session.turns += 1;
         if let Err(error) = store.save(session) {
             eprintln!("awp-agent: saving the session failed: {error}");
@@ -491,6 +512,7 @@ impl Agent {
             }),
             duration_ms: Some(duration_ms),
             num_turns: Some(u32::try_from(rounds.len() + 1).unwrap_or(u32::MAX)),
+            errors: &[],
         });
         self.events.send(&result).await
     }

@@ -89,6 +89,10 @@ pub struct TurnResult<'a> {
     /// Provider round trips of the turn (success only; always 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub num_turns: Option<u32>,
+    /// Human-readable reasons of a failed turn (Claude Code's `errors` field), when the code alone does not say
+    /// enough (for example the sizes of `message_too_large`); omitted when empty.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub errors: &'a [String],
 }
 
 impl<'a> TurnResult<'a> {
@@ -102,6 +106,26 @@ impl<'a> TurnResult<'a> {
             usage: None,
             duration_ms: None,
             num_turns: None,
+            errors: &[],
+        })
+    }
+
+    /// As [`TurnResult::error`] with a human-readable `errors` array.
+    pub fn error_with(
+        subtype: &'static str,
+        session_id: Option<&'a str>,
+        code: &'a str,
+        errors: &'a [String],
+    ) -> Event<'a> {
+        Event::Result(TurnResult {
+            subtype,
+            is_error: true,
+            session_id,
+            result: code,
+            usage: None,
+            duration_ms: None,
+            num_turns: None,
+            errors,
         })
     }
 }
@@ -158,6 +182,10 @@ mod tests {
             r#"{"type":"result","subtype":"startup_error","is_error":true,"result":"unsupported_argument"}"#,
         );
         check(
+            TurnResult::error_with("error", Some("s"), "message_too_large", &["why".to_owned()]),
+            r#"{"type":"result","subtype":"error","is_error":true,"session_id":"s","result":"message_too_large","errors":["why"]}"#,
+        );
+        check(
             Event::Result(TurnResult {
                 subtype: "success",
                 is_error: false,
@@ -169,6 +197,7 @@ mod tests {
                 }),
                 duration_ms: Some(3),
                 num_turns: Some(1),
+                errors: &[],
             }),
             r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s","result":"ok","usage":{"input_tokens":1,"output_tokens":2},"duration_ms":3,"num_turns":1}"#,
         );

@@ -29,7 +29,9 @@ pub struct SessionLimits {
     pub max_messages: usize,
     /// Largest session file, in bytes of JSON. Default 4 MiB (4 194 304).
     /// On overflow the oldest messages are dropped until the file fits (if even the newest message alone
-    /// does not fit, the history is saved empty and a warning goes to stderr).
+    /// does not fit, the history is saved empty and a warning goes to stderr). A new user message is checked
+    /// first with [`SessionStore::check_fits`]: one that does not fit alone is refused (`message_too_large`),
+    /// never stored or sent.
     pub max_file_bytes: usize,
 }
 
@@ -134,6 +136,26 @@ pub fn new_session_id() -> Result<String, getrandom::Error> {
     Ok(id)
 }
 
+/// A user message that cannot be stored even in an otherwise empty session file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the message needs {needed} bytes in the session file but a session file holds at most {limit} bytes; \
+     shorten the message or attach less"
+)]
+pub struct MessageTooLarge {
+    /// Bytes of the session file holding only this message (its JSON-escaped text plus the file's envelope).
+    pub needed: usize,
+    /// [`SessionLimits::max_file_bytes`].
+    pub limit: usize,
+}
+
+impl MessageTooLarge {
+    /// Stable machine-readable code: `message_too_large`.
+    pub fn code(&self) -> &'static str {
+        "message_too_large"
+    }
+}
+
 /// Where sessions live and how large they may grow.
 #[derive(Clone, Debug)]
 pub struct SessionStore {
@@ -210,6 +232,27 @@ impl SessionStore {
             turns: file.turns.max(user_messages),
             messages: file.messages,
         })
+    }
+
+    /// Checks that `message` fits [`SessionLimits::max_file_bytes`] on its own: the file of `session` holding
+    /// only this message (with the turn count it will have) is at most the limit. Older messages may still be
+    /// dropped to make room when saving; the new message is never dropped silently.
+    ///
+    /// # Errors
+    /// [`MessageTooLarge`] with the needed and allowed byte counts.
+    pub fn check_fits(&self, session: &Session, message: &Message) -> Result<(), MessageTooLarge> {
+        let file = SessionFile {
+            version: FILE_VERSION,
+            session_id: session.id.clone(),
+            messages: vec![message.clone()],
+            turns: session.turns.saturating_add(1),
+        };
+        let needed = serde_json::to_vec(&file).map_or(usize::MAX, |bytes| bytes.len());
+        let limit = self.limits.max_file_bytes;
+        if needed > limit {
+            return Err(MessageTooLarge { needed, limit });
+        }
+        Ok(())
     }
 
     /// Applies [`SessionLimits`] to `session` (dropping its oldest messages) and atomically replaces its file.
@@ -491,6 +534,50 @@ mod tests {
             let loaded = store.load(&session.id).expect("loaded");
             assert_eq!(loaded.messages, messages[kept_from..].to_vec());
         }
+    }
+
+    #[test]
+    fn a_new_message_fits_at_the_limit_and_is_refused_one_past() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let session = Session {
+            id: "s".into(),
+            turns: 9,
+            messages: vec![message(Role::User, "older")],
+        };
+        // The file of this session holding only the new message, turn count 10.
+        let envelope = r#"{"version":1,"session_id":"s","messages":[{"role":"user","content":""}],"turns":10}"#;
+        let text = "x".repeat(100);
+        let limit = envelope.len() + text.len();
+        let store = store(
+            tmp.path(),
+            SessionLimits {
+                max_file_bytes: limit,
+                ..SessionLimits::default()
+            },
+        );
+        assert_eq!(
+            store.check_fits(&session, &message(Role::User, &text)),
+            Ok(())
+        );
+        let error = store
+            .check_fits(&session, &message(Role::User, &format!("{text}x")))
+            .expect_err("one byte past the limit");
+        assert_eq!(
+            error,
+            MessageTooLarge {
+                needed: limit + 1,
+                limit
+            }
+        );
+        assert_eq!(error.code(), "message_too_large");
+        // JSON escaping counts: a quote takes two bytes in the file.
+        let quoted = format!("{}\"", "x".repeat(99));
+        assert_eq!(
+            store
+                .check_fits(&session, &message(Role::User, &quoted))
+                .map_err(|e| e.needed),
+            Err(limit + 1)
+        );
     }
 
     #[test]

@@ -981,3 +981,80 @@ async fn a_tool_call_without_managed_tasks_fails_the_turn() {
     assert!(request.body.get("tools").is_none(), "no tools offered");
     assert_eq!(agent.exit_code().await, Some(0));
 }
+
+#[tokio::test]
+async fn a_message_over_the_session_limit_fails_its_turn_and_is_not_stored() {
+    // The documented per-session file limit (4 MiB). A new message must fit in a session file on its own:
+    // the file `{"version":1,"session_id":<id>,"messages":[{"role":"user","content":<text>}],"turns":1}`.
+    const LIMIT: usize = 4 * 1024 * 1024;
+    let envelope = |id: &str| {
+        format!(r#"{{"version":1,"session_id":"{id}","messages":[{{"role":"user","content":""}}],"turns":1}}"#)
+            .len()
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (base, mut requests) = provider_server(vec![
+        sse_reply(&["ok"], (1, 1)),
+        sse_reply(&["small"], (1, 1)),
+    ])
+    .await;
+    let env = provider_env(tmp.path(), &base);
+
+    // At the limit: sent whole to the provider.
+    let mut agent = Agent::spawn(&["--model", "m", "--resume", "s-at"], &env_refs(&env));
+    let text = "a".repeat(LIMIT - envelope("s-at"));
+    let events = agent.turn(&user_line(&text)).await;
+    check_turn(&events, true, "ok");
+    let request = requests.recv().await.expect("request");
+    assert_eq!(
+        request.body["messages"],
+        json!([{"role":"user","content":text}])
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+
+    // One byte past: the turn fails with the sizes, the provider never sees it, nothing is stored.
+    let mut agent = Agent::spawn(&["--model", "m", "--resume", "s-past"], &env_refs(&env));
+    let text = "a".repeat(LIMIT - envelope("s-past") + 1);
+    let events = agent.turn(&user_line(&text)).await;
+    assert_eq!(events.len(), 2, "init and the result");
+    let result = &events[1];
+    assert_eq!(
+        (&result["subtype"], &result["is_error"], &result["result"]),
+        (&json!("error"), &json!(true), &json!("message_too_large")),
+        "{result}"
+    );
+    assert_eq!(result["session_id"], "s-past");
+    let reason = result["errors"][0].as_str().expect("a reason");
+    assert!(
+        reason.contains(&format!("{} bytes", LIMIT + 1))
+            && reason.contains(&format!("{LIMIT} bytes")),
+        "{reason}"
+    );
+    assert!(
+        !tmp.path().join("sessions").join("s-past.json").exists(),
+        "the refused message was stored"
+    );
+    // The next message is turn 1 of an empty history: the refused one is neither stored nor sent.
+    let events = agent.turn(&user_line("small")).await;
+    check_turn(&events, false, "small");
+    let request = requests.recv().await.expect("request");
+    assert_eq!(
+        request.body["messages"],
+        json!([{"role":"user","content":"small"}])
+    );
+    assert_eq!(agent.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn the_demo_provider_refuses_a_message_over_the_session_limit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let env = session_env(tmp.path());
+    let mut agent = Agent::spawn(&[], &env_refs(&env));
+    let events = agent
+        .turn(&user_line(&"word ".repeat(2 * 1024 * 1024)))
+        .await;
+    let result = events.last().expect("result");
+    assert_eq!(result["result"], "message_too_large", "{result}");
+    let events = agent.turn(&user_line("hi")).await;
+    check_turn(&events, false, "You said: hi (turn 1 of this session)");
+    assert_eq!(agent.exit_code().await, Some(0));
+}

@@ -207,14 +207,15 @@ pub struct ChatArgs {
     /// [default: ask on a terminal stdin, else reject]
     #[arg(long)]
     pub yes: bool,
-    /// Fail the turn (exit 7) when the agent writes nothing for this long, e.g. `90s`, `10m`; at least 1s
-    /// [default: off]
+    /// Fail the turn (exit 7) when the agent writes nothing for this long: seconds (`90`) or with a unit (`90s`,
+    /// `1500ms`, `10m`); from 1s to 1 day [default: off]
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
     /// Fail the turn (exit 7, agent_first_output_timeout) when an awp-jsonl/stream-json agent prints no protocol
-    /// event this many seconds after its turn was written (it may speak another protocol or wait for a login);
-    /// 0 = off, at most 86400 [default: the agent's `first_output_timeout_secs` in agents.toml, else 120]
-    #[arg(long, value_name = "SECS", value_parser = parse_first_output_timeout)]
+    /// event this long after its turn was written (it may speak another protocol or wait for a login): seconds
+    /// (`30`) or with a unit (`30s`, `2m`); 0 = off, else from 1s to 1 day [default: the agent's
+    /// `first_output_timeout_secs` in agents.toml, else 120s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_first_output_timeout)]
     pub first_output_timeout: Option<Duration>,
     /// The prompt (words are joined with spaces); `-` or nothing with a non-terminal stdin reads stdin (1 MiB max);
     /// nothing on a terminal opens an interactive session
@@ -328,8 +329,8 @@ pub struct CheckArgs {
     /// An environment variable for the agent, K=V (repeatable; overrides the configured agent's value of K)
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Longest wait for one turn (awp-jsonl, stream-json) or one answer (acp), e.g. 30s or 5m
-    /// [default: 120s for AWP turns, 60s for ACP answers]
+    /// Longest wait for one turn (awp-jsonl, stream-json) or one answer (acp): seconds (`30`) or with a unit
+    /// (`30s`, `5m`); from 1s to 1 day [default: 120s for AWP turns, 60s for ACP answers]
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub timeout: Option<Duration>,
     /// Model to pass with --model on every launch [default: none; with --agent, the agent's default model]
@@ -366,27 +367,55 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     Ok((key.to_owned(), value.to_owned()))
 }
 
-/// Shortest accepted `--idle-timeout`: anything shorter would time out turns spuriously.
+/// Shortest accepted non-zero timeout (`--idle-timeout`, `--first-output-timeout`, `check --timeout`): anything
+/// shorter would time out turns spuriously.
 pub const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// `--idle-timeout`: a humantime duration of at least [`MIN_IDLE_TIMEOUT`].
+/// Longest accepted timeout of any duration flag: one day
+/// ([`agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS`], also the bound of `first_output_timeout_secs`).
+pub const MAX_TIMEOUT: Duration =
+    Duration::from_secs(agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS);
+
+/// The one reading of every duration flag: a bare whole number of seconds (`90`) or a duration with units
+/// (`90s`, `500ms`, `2m`, `1h30m`, `1h 30m`; as `humantime::parse_duration` reads them).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| format!("must be at most {} seconds", MAX_TIMEOUT.as_secs()));
+    }
+    humantime::parse_duration(text).map_err(|e| {
+        format!("{e}; expected whole seconds (90) or a duration with a unit (90s, 500ms, 2m, 1h)")
+    })
+}
+
+/// `--idle-timeout`, `check --timeout`: a [`parse_duration`] from [`MIN_IDLE_TIMEOUT`] to [`MAX_TIMEOUT`].
 fn parse_idle_timeout(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    let duration = parse_duration(text)?;
     if duration < MIN_IDLE_TIMEOUT {
         return Err("must be at least 1s".to_owned());
+    }
+    if duration > MAX_TIMEOUT {
+        return Err(format!("must be at most {} seconds", MAX_TIMEOUT.as_secs()));
     }
     Ok(duration)
 }
 
-/// `--first-output-timeout`: whole seconds, 0 (off) to
-/// [`agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS`].
+/// `--first-output-timeout`: a [`parse_duration`]; `0` (any unit) is off, else from [`MIN_IDLE_TIMEOUT`] to
+/// [`MAX_TIMEOUT`].
 fn parse_first_output_timeout(text: &str) -> Result<Duration, String> {
-    let max = agentwire_host::agents::MAX_FIRST_OUTPUT_TIMEOUT_SECS;
-    match text.parse::<u64>() {
-        Ok(n) if n <= max => Ok(Duration::from_secs(n)),
-        Ok(_) => Err(format!("must be at most {max} seconds")),
-        Err(e) => Err(e.to_string()),
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Ok(Duration::ZERO);
     }
+    if duration < MIN_IDLE_TIMEOUT {
+        return Err("must be 0 (off) or at least 1s".to_owned());
+    }
+    if duration > MAX_TIMEOUT {
+        return Err(format!("must be at most {} seconds", MAX_TIMEOUT.as_secs()));
+    }
+    Ok(duration)
 }
 
 /// `--model`: a non-empty name.
@@ -462,5 +491,56 @@ fn parse_ocr_language(value: &str) -> Result<String, String> {
         Ok(value.to_owned())
     } else {
         Err("expected one Tesseract language code such as eng or chi_sim (1 to 64 letters, digits or _)".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn every_duration_flag_reads_the_same_forms() {
+        for (text, secs_ms) in [
+            ("2", 2000),
+            ("2s", 2000),
+            ("1500ms", 1500),
+            ("1m", 60_000),
+            ("1h 30m", 5_400_000),
+            ("86400", 86_400_000),
+            ("1day", 86_400_000),
+        ] {
+            let expect = Ok(Duration::from_millis(secs_ms));
+            assert_eq!(parse_idle_timeout(text), expect, "{text}");
+            assert_eq!(parse_first_output_timeout(text), expect, "{text}");
+        }
+        // 0 is off only where documented (the first-output timeout); the idle timeout needs at least 1s.
+        for text in ["0", "0s", "0ms"] {
+            assert_eq!(
+                parse_first_output_timeout(text),
+                Ok(Duration::ZERO),
+                "{text}"
+            );
+            assert!(parse_idle_timeout(text).is_err(), "{text}");
+        }
+        // Bounds: 1s is the least non-zero value and one day the most, for both.
+        for text in [
+            "999ms",
+            "86401",
+            "86400001ms",
+            "2days",
+            "x",
+            "",
+            "-1",
+            "1.5",
+        ] {
+            assert!(parse_idle_timeout(text).is_err(), "{text}");
+            assert!(parse_first_output_timeout(text).is_err(), "{text}");
+        }
+        assert_eq!(parse_idle_timeout("1000ms"), Ok(MIN_IDLE_TIMEOUT));
+        assert_eq!(parse_first_output_timeout("1s"), Ok(MIN_IDLE_TIMEOUT));
+        assert!(
+            parse_idle_timeout("99999999999999999999")
+                .is_err_and(|e| e.contains("at most 86400 seconds"))
+        );
     }
 }

@@ -68,7 +68,10 @@ fn store_failure(e: &StoreError) -> Failure {
         | StoreError::ThreadAmbiguous { .. }
         | StoreError::NoThreads
         | StoreError::InvalidTitle(_)
-        | StoreError::Id(agentwire_host::IdError::Malformed { .. }) => Exit::Usage,
+        | StoreError::Id(
+            agentwire_host::IdError::Malformed { .. }
+            | agentwire_host::IdError::MalformedReference { .. },
+        ) => Exit::Usage,
         StoreError::ThreadBusy { .. } => Exit::AgentUnavailable,
         _ => Exit::Protocol,
     };
@@ -276,6 +279,17 @@ async fn chat(
     };
     let agent_name = args.agent.as_deref().or(thread_agent.as_deref());
     let agent = registry.resolve(agent_name).map_err(|e| {
+        // The thread's own agent is gone from the configuration: say so, and what can be done.
+        if let (AgentError::NotFound { name }, None, Some(id)) = (&e, &args.agent, &thread) {
+            return usage(
+                e.code(),
+                format!(
+                    "thread {id} belongs to agent `{name}`, which is no longer configured (see `awp-host agents \
+                     list`); add `{name}` back to agents.toml to continue this thread, or start a new thread \
+                     with `awp-host chat --new --agent NAME`"
+                ),
+            );
+        }
         let exit = match e {
             AgentError::NotFound { .. } => Exit::Usage,
             _ => Exit::AgentUnavailable,
@@ -639,7 +653,7 @@ fn detail_text(d: &ThreadDetail) -> String {
     s
 }
 
-fn entry_json(e: &AgentEntry, default: &str) -> Value {
+fn entry_json(e: &AgentEntry, is_default: bool) -> Value {
     json!({
         "name": e.name,
         "source": e.source.as_str(),
@@ -650,7 +664,7 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
         "provider": e.status.as_ref().ok().and_then(|spec| spec.provider.clone()),
         "line": e.location.map(|(line, _)| line),
         "column": e.location.map(|(_, column)| column),
-        "default": e.name == default,
+        "default": is_default,
         "usable": e.is_usable(),
         "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
     })
@@ -658,13 +672,12 @@ fn entry_json(e: &AgentEntry, default: &str) -> Value {
 
 fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
     let registry = load_agents(config_dir)?;
-    let default = registry.default_name();
     if json {
         let value = Value::Array(
             registry
                 .entries()
                 .iter()
-                .map(|e| entry_json(e, default))
+                .map(|e| entry_json(e, registry.is_default(e)))
                 .collect(),
         );
         print_out(&format!("{value}\n"))?;
@@ -690,7 +703,7 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
         rows.push([
             format!(
                 "{} {}",
-                if e.name == default { '*' } else { ' ' },
+                if registry.is_default(e) { '*' } else { ' ' },
                 line(&e.name)
             ),
             line(e.protocol.as_deref().unwrap_or("-")),

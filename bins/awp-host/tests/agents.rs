@@ -48,13 +48,13 @@ async fn agents_list_shows_each_entry_and_why_it_is_unusable() {
     let text = host.run(&["agents", "list"]).await;
     assert!(
         text.stdout.contains(
-            "unusable: agents.toml:7:1: executable must be an absolute path (executable_not_absolute)"
+            "unusable: agents.toml:10:14: executable must be an absolute path: relative/path (executable_not_absolute)"
         ),
         "{text:?}"
     );
     assert_eq!(
         (&list[1]["line"], &list[1]["column"]),
-        (&7.into(), &1.into())
+        (&10.into(), &14.into())
     );
     assert!(text.stdout.contains("* fx"), "{text:?}");
 }
@@ -150,4 +150,69 @@ async fn a_symlinked_executable_is_resolved_once_and_both_are_shown() {
         .await;
     assert_eq!(chat.code, 0, "{chat:?}");
     assert_eq!(chat.json()["text"], "echo: hi");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_entry_with_the_bundled_agents_name_is_not_the_default() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"awp-agent\"\nprotocol = \"awp-jsonl\"\nexecutable = \"$FIXTURE\"\n",
+    );
+    let list = host.run(&["agents", "list", "--json"]).await.json();
+    let defaults: Vec<(&str, &str, bool)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["default"] == true)
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap(),
+                a["source"].as_str().unwrap(),
+                a["usable"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(defaults, [("awp-agent", "bundled", true)], "{list}");
+    let text = host.run(&["agents", "list"]).await;
+    let starred: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("* "))
+        .collect();
+    assert_eq!(starred.len(), 1, "{text:?}");
+    assert!(
+        starred[0].contains("usable") && !starred[0].contains("unusable"),
+        "{text:?}"
+    );
+    // The bundled agent still answers under its name.
+    let out = host.run(&["chat", "--agent", "awp-agent", "hi"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_default_and_a_missing_executable_say_where_and_which_file() {
+    let host = Host::new();
+    host.agents_toml("default = \"nope\"\n");
+    for args in [&["agents", "list"][..], &["chat", "hi"][..]] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(
+            out.stderr.contains(
+                "agents.toml:1:11: default agent `nope` is not configured (default_agent_unknown)"
+            ),
+            "{out:?}"
+        );
+    }
+    host.agents_toml(
+        "[[agents]]\nname = \"bad\"\nprotocol = \"awp-jsonl\"\nexecutable = \"/nonexistent/agent-x\"\n",
+    );
+    let out = host.run(&["chat", "--agent", "bad", "hi"]).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "agent `bad` (agents.toml:4:14) is unusable: executable names a file that does not exist: \
+             /nonexistent/agent-x"
+        ),
+        "{out:?}"
+    );
 }

@@ -747,3 +747,34 @@ async fn threads_show_says_why_any_past_run_failed() {
         .unwrap_or_default();
     assert!(reason.contains("session id outside"), "{detail}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_text_attachment_over_the_agents_session_limit_fails_the_turn_and_is_not_lost_silently() {
+    // The bundled agent keeps at most 4 MiB of history per session: a 5 MB prompt cannot be stored or sent.
+    let host = Host::new();
+    let big = host.path("a5m.txt");
+    std::fs::write(&big, "lorem ipsum\n".repeat(5_000_000 / 12)).unwrap();
+    let out = host
+        .run(&[
+            "chat",
+            "--json",
+            "--attach",
+            big.to_str().unwrap(),
+            "summarize",
+        ])
+        .await;
+    assert_eq!(out.code, 6, "{}", out.stderr);
+    let record = out.json();
+    assert_eq!(record["error"]["code"], "agent_error", "{record}");
+    assert_eq!(record["error"]["detail"], "message_too_large", "{record}");
+    let reason = record["error"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("4194304 bytes"),
+        "the reason names the limit: {record}"
+    );
+    // The refused message is not in the agent's session: the next turn is its first.
+    let thread = record["thread_id"].as_str().unwrap().to_owned();
+    let next = host.run(&["chat", "--thread", &thread, "hi"]).await;
+    assert_eq!(next.code, 0, "{next:?}");
+    assert_eq!(next.stdout, "You said: hi (turn 1 of this session)\n");
+}

@@ -400,6 +400,18 @@ async fn bad_flag_values_are_usage_errors_naming_the_flag() {
             &["chat", "--idle-timeout", "999ms", "x"][..],
             "--idle-timeout",
         ),
+        (
+            &["chat", "--idle-timeout", "86401", "x"][..],
+            "--idle-timeout",
+        ),
+        (
+            &["chat", "--first-output-timeout", "500ms", "x"][..],
+            "--first-output-timeout",
+        ),
+        (
+            &["chat", "--first-output-timeout", "2days", "x"][..],
+            "--first-output-timeout",
+        ),
         (&["chat", "--model", "", "x"][..], "--model"),
         (&["threads", "list", "--limit", "0"][..], "--limit"),
     ] {
@@ -407,6 +419,29 @@ async fn bad_flag_values_are_usage_errors_naming_the_flag() {
         assert_eq!(out.code, 2, "{args:?}: {out:?}");
         assert!(out.stderr.contains(flag), "{args:?}: {out:?}");
     }
+    // Both timeouts read the same forms: bare seconds and durations with units.
+    let out = host
+        .run(&[
+            "chat",
+            "--first-output-timeout",
+            "2m",
+            "--idle-timeout",
+            "300",
+            "x",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = host
+        .run(&[
+            "chat",
+            "--first-output-timeout",
+            "120",
+            "--idle-timeout",
+            "5m",
+            "x",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
     // At the limit: 1s is accepted. The bundled agent answers at once, but a loaded machine may delay its first
     // line past 1 s, so what is checked is the acceptance: the turn ran (0), or ran into that very timeout (7).
     let out = host.run(&["chat", "--idle-timeout", "1s", "x"]).await;

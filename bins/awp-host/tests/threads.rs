@@ -109,7 +109,14 @@ async fn thread_ids_are_accepted_by_a_unique_prefix() {
     assert_eq!(out.json()["error"]["code"], "thread_not_found");
     let out = host.run(&["threads", "show", "th_%", "--json"]).await;
     assert_eq!(out.code, 2, "{out:?}");
-    assert_eq!(out.json()["error"]["code"], "invalid_id");
+    let error = &out.json()["error"];
+    assert_eq!(error["code"], "invalid_id");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("or a unique prefix of one")),
+        "{error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,6 +147,12 @@ async fn threads_rename_sets_the_title_and_validates_it() {
         .await;
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.json()["title"], "Release notes v2");
+    // A tab or newline is whitespace too.
+    let out = host
+        .run(&["threads", "rename", &id, "a\tb\n c", "--json"])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["title"], "a b c");
     // 80 characters is the bound; 81 is refused, as is a control character.
     let at_bound = "x".repeat(80);
     let out = host.run(&["threads", "rename", &id, &at_bound]).await;
@@ -364,4 +377,69 @@ async fn the_cost_the_agent_reports_is_shown_and_threads_list_shows_the_last_run
         md.stdout.contains("_succeeded · 3 in / 9 out · $0.0125_"),
         "{md:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markdown_export_shows_each_tool_line_with_one_symbol() {
+    let host = Host::new();
+    host.fixture_agent("fx", "tool-use", "awp-jsonl");
+    let out = host.run(&["chat", "--agent", "fx", "--jsonl", "go"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let id = thread_id(&out);
+    let md = host.run(&["threads", "export", &id]).await;
+    assert_eq!(md.code, 0, "{md:?}");
+    let tool_lines: Vec<&str> = md
+        .stdout
+        .lines()
+        .filter(|l| l.contains('⚙') || l.contains('↳'))
+        .collect();
+    assert!(
+        tool_lines.iter().any(|l| l.starts_with("`⚙ Bash "))
+            && tool_lines.iter().any(|l| l.starts_with("`↳ ")),
+        "a tool use and its result: {}",
+        md.stdout
+    );
+    for line in &tool_lines {
+        let symbols = line.matches(['⚙', '↳']).count();
+        assert_eq!(symbols, 1, "{line}");
+        assert!(
+            line.starts_with("`⚙ Bash ") || line.starts_with("`↳ "),
+            "{line}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuing_a_thread_whose_agent_was_removed_says_it_is_the_threads_agent() {
+    let host = Host::new();
+    host.fixture_agent("tmp", "normal", "awp-jsonl");
+    let first = host
+        .run(&["chat", "--agent", "tmp", "--jsonl", "hello"])
+        .await;
+    assert_eq!(first.code, 0, "{first:?}");
+    let id = thread_id(&first);
+    host.agents_toml("");
+    for args in [
+        &["chat", "-c", "more", "--json"][..],
+        &["chat", "--thread", &id, "more", "--json"][..],
+    ] {
+        let out = host.run(args).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        let error = &out.json()["error"];
+        assert_eq!(error["code"], "agent_not_found");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "thread {id} belongs to agent `tmp`, which is no longer configured"
+            )) && message.contains("--new --agent NAME"),
+            "{message}"
+        );
+    }
+    // Naming an unknown agent yourself keeps the plain message.
+    let out = host
+        .run(&["chat", "--new", "--agent", "ghost", "x", "--json"])
+        .await;
+    assert_eq!(out.code, 2, "{out:?}");
+    let message = out.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("no agent named `ghost`"), "{message}");
 }

@@ -206,6 +206,16 @@ impl std::fmt::Debug for AgentSpec {
 #[non_exhaustive]
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
+    /// `agents.toml` is not UTF-8: the position of the first byte that is not.
+    #[error("{}:{line}:{column}: invalid: not UTF-8 text", .path.display())]
+    NotUtf8 {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the first invalid byte.
+        line: usize,
+        /// 1-based column of the first invalid byte, in characters.
+        column: usize,
+    },
     /// `agents.toml` could not be read.
     #[error("cannot read {path}: {kind}")]
     Unreadable {
@@ -271,10 +281,16 @@ pub enum ConfigError {
         path: PathBuf,
     },
     /// `default` names no configured agent.
-    #[error("default agent `{name}` is not configured")]
+    #[error("{}:{line}:{column}: default agent `{name}` is not configured", .path.display())]
     UnknownDefault {
         /// The name.
         name: String,
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the `default` value.
+        line: usize,
+        /// 1-based column of the `default` value, in characters.
+        column: usize,
     },
 }
 
@@ -284,7 +300,7 @@ impl ConfigError {
         match self {
             ConfigError::Unreadable { .. } => "config_unreadable",
             ConfigError::TooLarge { .. } => "config_too_large",
-            ConfigError::Syntax { .. } => "config_invalid",
+            ConfigError::Syntax { .. } | ConfigError::NotUtf8 { .. } => "config_invalid",
             ConfigError::MissingField { .. } => "agent_field_missing",
             ConfigError::InvalidEntry { .. } => "agent_entry_invalid",
             ConfigError::UnknownProtocol => "protocol_unknown",
@@ -518,6 +534,18 @@ fn validated(
 ) -> Result<AgentSpec, ConfigError> {
     launch.validate().map_err(|e| {
         let mut err = ConfigError::from_launch(&e, source);
+        // Name the file a refused executable is (the link's target is said below).
+        if let (
+            LaunchError::ExecutableNotAbsolute
+            | LaunchError::ExecutableNotFound
+            | LaunchError::ExecutableUnreadable { .. }
+            | LaunchError::ExecutableNotRegularFile
+            | LaunchError::ExecutableNotExecutable,
+            ConfigError::Launch { message, .. },
+        ) = (&e, &mut err)
+        {
+            message.push_str(&format!(": {}", launch.executable.display()));
+        }
         // Say where a refused link leads, so the fix (pointing at the file itself) is obvious.
         if let (LaunchError::ExecutableIsSymlink, ConfigError::Launch { message, .. }) =
             (&e, &mut err)
@@ -589,6 +617,15 @@ fn spanned_entries(text: &str) -> Vec<SpannedEntry<'_>> {
         .unwrap_or_default()
 }
 
+/// Byte span of the value of the top-level key `key` of `text` (`None` when absent or the text does not parse).
+fn top_level_span(text: &str, key: &str) -> Option<std::ops::Range<usize>> {
+    let doc = toml::de::DeTable::parse(text).ok()?;
+    doc.get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref() == key)
+        .map(|(_, value)| value.span())
+}
+
 /// Byte span of the value of `field` in a spanned entry.
 fn field_span(entry: &SpannedEntry<'_>, field: &str) -> Option<std::ops::Range<usize>> {
     entry
@@ -612,6 +649,19 @@ fn error_field(err: &ConfigError) -> Option<&'static str> {
         ]
         .into_iter()
         .find(|field| message.starts_with(field)),
+        ConfigError::Launch { launch_code, .. } => {
+            if launch_code.starts_with("executable_") {
+                Some("executable")
+            } else if launch_code.starts_with("arg") {
+                Some("args")
+            } else if launch_code.starts_with("env_") {
+                Some("env")
+            } else if *launch_code == "model_invalid" {
+                Some("model")
+            } else {
+                None
+            }
+        }
         _ => None,
     }
 }
@@ -824,9 +874,20 @@ impl AgentRegistry {
                 return Err(ConfigError::TooLarge { path });
             }
             Ok(_) => {
-                let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::Unreadable {
+                let bytes = std::fs::read(&path).map_err(|e| ConfigError::Unreadable {
                     path: path.clone(),
                     kind: e.kind(),
+                })?;
+                let text = String::from_utf8(bytes).map_err(|e| {
+                    let valid = e.utf8_error().valid_up_to();
+                    let before =
+                        String::from_utf8_lossy(e.as_bytes().get(..valid).unwrap_or_default());
+                    let (line, column) = line_column(&before, before.len());
+                    ConfigError::NotUtf8 {
+                        path: path.clone(),
+                        line,
+                        column,
+                    }
                 })?;
                 if text.len() as u64 > MAX_CONFIG_BYTES {
                     return Err(ConfigError::TooLarge { path });
@@ -842,7 +903,11 @@ impl AgentRegistry {
                         message: e.message().trim().to_owned(),
                     }
                 })?;
-                file_default = raw.default;
+                file_default = raw.default.map(|name| {
+                    let (line, column) = top_level_span(&text, "default")
+                        .map_or((1, 1), |span| line_column(&text, span.start));
+                    (name, path.clone(), line, column)
+                });
                 let spanned = spanned_entries(&text);
                 for (index, table) in raw.agents.into_iter().enumerate() {
                     let location = line_column(&text, table.span().start);
@@ -885,9 +950,14 @@ impl AgentRegistry {
             status,
         });
         let default = match file_default {
-            Some(name) => {
+            Some((name, path, line, column)) => {
                 if !entries.iter().any(|e| e.name == name) {
-                    return Err(ConfigError::UnknownDefault { name });
+                    return Err(ConfigError::UnknownDefault {
+                        name,
+                        path,
+                        line,
+                        column,
+                    });
                 }
                 name
             }
@@ -909,19 +979,37 @@ impl AgentRegistry {
         &self.default
     }
 
-    /// The usable agent `name` (the default agent when `None`).
+    /// The entry that answers to `name`: the first with that name that was not refused for taking a name
+    /// already owned (an `agents.toml` entry named `env` or `awp-agent` ([`ConfigError::ReservedName`]) or a
+    /// repeated name ([`ConfigError::DuplicateName`]) never shadows the owner); else the first with that name.
+    pub fn entry(&self, name: &str) -> Option<&AgentEntry> {
+        let named = || self.entries.iter().filter(move |e| e.name == name);
+        named()
+            .find(|e| {
+                !matches!(
+                    e.status,
+                    Err(ConfigError::ReservedName | ConfigError::DuplicateName)
+                )
+            })
+            .or_else(|| named().next())
+    }
+
+    /// `true` when `entry` is the one the default agent resolves to ([`AgentRegistry::entry`] of
+    /// [`AgentRegistry::default_name`]); a refused entry that merely shares the name is not.
+    pub fn is_default(&self, entry: &AgentEntry) -> bool {
+        self.entry(&self.default)
+            .is_some_and(|owner| std::ptr::eq(owner, entry))
+    }
+
+    /// The usable agent `name` (the default agent when `None`), as [`AgentRegistry::entry`] finds it.
     ///
     /// # Errors
     /// [`AgentError::NotFound`], [`AgentError::Unusable`].
     pub fn resolve(&self, name: Option<&str>) -> Result<&AgentSpec, AgentError> {
         let name = name.unwrap_or(&self.default);
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.name == name)
-            .ok_or_else(|| AgentError::NotFound {
-                name: name.to_owned(),
-            })?;
+        let entry = self.entry(name).ok_or_else(|| AgentError::NotFound {
+            name: name.to_owned(),
+        })?;
         entry
             .status
             .as_ref()
@@ -1330,6 +1418,22 @@ args = ["--base", "https://api.example.com"]
             entry.status.as_ref().unwrap_err().to_string()
         };
         assert!(message("env").contains("reserved"), "{}", message("env"));
+        // The refused entry named awp-agent neither shadows the bundled agent nor counts as the default.
+        assert_eq!(reg.default_name(), BUNDLED_AGENT);
+        let defaults: Vec<(&str, AgentSource)> = reg
+            .entries()
+            .iter()
+            .filter(|e| reg.is_default(e))
+            .map(|e| (e.name.as_str(), e.source))
+            .collect();
+        assert_eq!(defaults, [(BUNDLED_AGENT, AgentSource::Bundled)]);
+        assert_eq!(
+            reg.resolve(Some(BUNDLED_AGENT))
+                .map(|spec| spec.protocol)
+                .map_err(|e| e.code()),
+            Ok(AgentProtocol::AwpJsonl)
+        );
+        assert!(reg.resolve(None).is_ok());
         let remote = message("remote");
         assert!(remote.contains("remote_api_opt_in = true"), "{remote}");
         assert!(!remote.contains("AWP_AGENT"), "{remote}");
@@ -1433,7 +1537,12 @@ executable = "$EXE"
             .find(|e| e.name == "missing-exe")
             .unwrap();
         let message = missing.status.as_ref().unwrap_err().to_string();
-        assert_eq!(message, "executable names a file that does not exist");
+        // The message names the file and the position is the `executable` value's (line 17, after `executable = `).
+        assert_eq!(
+            message,
+            "executable names a file that does not exist: /nonexistent/agent"
+        );
+        assert_eq!(missing.location, Some((17, 14)));
         assert!(
             !format!("{good:?}").contains("\"v\""),
             "Debug must not show env values"
@@ -1448,8 +1557,27 @@ executable = "$EXE"
     fn file_level_errors_fail_the_load() {
         let s = setup(Some("agents = 3"));
         assert_eq!(load(&s, &[]).unwrap_err().code(), "config_invalid");
-        let s = setup(Some("default = \"ghost\""));
-        assert_eq!(load(&s, &[]).unwrap_err().code(), "default_agent_unknown");
+        let s = setup(Some("# agents\n\ndefault = \"ghost\""));
+        let err = load(&s, &[]).unwrap_err();
+        assert_eq!(err.code(), "default_agent_unknown");
+        let message = err.to_string();
+        assert!(
+            message.ends_with("agents.toml:3:11: default agent `ghost` is not configured"),
+            "{message}"
+        );
+        assert!(
+            message.starts_with(&s.config.display().to_string()),
+            "{message}"
+        );
+        // Not UTF-8: the position of the first bad byte (line 2, after `é# ` = 3 characters).
+        std::fs::write(s.config.join(CONFIG_FILE), b"# ok\n\xc3\xa9# \xff\n").unwrap();
+        let err = load(&s, &[]).unwrap_err();
+        assert_eq!(err.code(), "config_invalid");
+        assert!(
+            err.to_string()
+                .ends_with("agents.toml:2:4: invalid: not UTF-8 text"),
+            "{err}"
+        );
         let s = setup(None);
         let big = "#".repeat(usize::try_from(MAX_CONFIG_BYTES).unwrap() + 1);
         std::fs::write(s.config.join(CONFIG_FILE), &big[..big.len() - 1]).unwrap();

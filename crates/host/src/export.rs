@@ -165,7 +165,10 @@ pub fn markdown(d: &ThreadDetail) -> String {
                     s.push('\n');
                 }
                 Role::Tool => {
-                    s.push_str(&format!("\n`⚙ {}`\n", m.content.replace('`', "'")));
+                    s.push_str(&format!(
+                        "\n`{}`\n",
+                        tool_line(&m.content).replace('`', "'")
+                    ));
                 }
             }
         }
@@ -174,6 +177,16 @@ pub fn markdown(d: &ThreadDetail) -> String {
         }
     }
     s
+}
+
+/// A stored tool summary as shown: it already starts with `⚙ ` (a tool use) or `↳ ` (a tool result), as
+/// `turn::tool_use_summary` / `turn::tool_result_summary` write it; anything else is a tool use and gets `⚙ `.
+fn tool_line(content: &str) -> String {
+    if content.starts_with('⚙') || content.starts_with('↳') {
+        content.to_owned()
+    } else {
+        format!("⚙ {content}")
+    }
 }
 
 /// `text` as a Markdown block quote (every line prefixed with `> `).
@@ -189,4 +202,17 @@ fn quote(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_lines_keep_their_one_symbol() {
+        assert_eq!(tool_line("⚙ Bash {}"), "⚙ Bash {}");
+        assert_eq!(tool_line("↳ hi-from-tool"), "↳ hi-from-tool");
+        assert_eq!(tool_line("↳ error: boom"), "↳ error: boom");
+        assert_eq!(tool_line("Bash {}"), "⚙ Bash {}");
+    }
 }

@@ -18,6 +18,18 @@ pub enum IdError {
         /// The expected prefix, e.g. `th_`.
         prefix: &'static str,
     },
+    /// Text given where a full id or a unique prefix of one is accepted (`threads show|rename|delete|export`,
+    /// `chat --thread`) that can be neither: not hex after the optional prefix, or too many digits.
+    #[error(
+        "invalid {kind} id (expected `{prefix}` followed by 16 lowercase hex digits, or a unique prefix of one \
+         with or without `{prefix}`, e.g. `{prefix}3f9a` or `3f9a`)"
+    )]
+    MalformedReference {
+        /// `thread`.
+        kind: &'static str,
+        /// The expected prefix, e.g. `th_`.
+        prefix: &'static str,
+    },
     /// The operating system's random source failed.
     #[error("random source unavailable")]
     RandomUnavailable,
@@ -27,7 +39,7 @@ impl IdError {
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            IdError::Malformed { .. } => "invalid_id",
+            IdError::Malformed { .. } | IdError::MalformedReference { .. } => "invalid_id",
             IdError::RandomUnavailable => "random_unavailable",
         }
     }

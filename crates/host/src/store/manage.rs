@@ -117,7 +117,7 @@ impl Store {
             || digits.len() > ID_HEX_DIGITS
             || !digits.bytes().all(|b| b.is_ascii_hexdigit())
         {
-            return Err(StoreError::Id(crate::ids::IdError::Malformed {
+            return Err(StoreError::Id(crate::ids::IdError::MalformedReference {
                 kind: "thread",
                 prefix: ThreadId::PREFIX,
             }));
@@ -241,10 +241,11 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::InvalidTitle`] for a title that is empty, longer than
-    /// [`super::StoreConfig::max_title_chars`] characters or holds control characters (tab and newline too);
+    /// [`super::StoreConfig::max_title_chars`] characters or holds control characters other than whitespace
+    /// (a tab, newline or carriage return is whitespace and collapses like a space);
     /// [`StoreError::ThreadNotFound`]; [`StoreError::Database`].
     pub fn rename_thread(&mut self, id: &ThreadId, title: &str) -> Result<(), StoreError> {
-        if title.chars().any(char::is_control) {
+        if title.chars().any(|c| c.is_control() && !c.is_whitespace()) {
             return Err(StoreError::InvalidTitle(
                 "holds control characters".to_owned(),
             ));
@@ -534,10 +535,16 @@ mod tests {
             store.thread(&id).unwrap().unwrap().title.chars().count(),
             max
         );
-        assert_eq!(
-            store.rename_thread(&id, "a\tb").unwrap_err().code(),
-            "invalid_title"
-        );
+        // Whitespace control characters collapse like spaces; other control characters are refused.
+        store.rename_thread(&id, " a\t\tb\r\nc\t").unwrap();
+        assert_eq!(store.thread(&id).unwrap().unwrap().title, "a b c");
+        for bad in ["a\u{1b}b", "a\u{0}b", "a\u{7f}b"] {
+            assert_eq!(
+                store.rename_thread(&id, bad).unwrap_err().code(),
+                "invalid_title",
+                "{bad:?}"
+            );
+        }
         let other = ThreadId::random().unwrap();
         assert_eq!(
             store.rename_thread(&other, "x").unwrap_err().code(),
