@@ -84,6 +84,12 @@ async fn killing_the_host_with_sigkill_kills_its_agent_and_a_follow_up_succeeds(
     assert_eq!(thread_id(&next), thread);
     let detail = host.thread(&thread).await;
     assert_eq!(detail["runs"][0]["status"], "interrupted", "{detail}");
+    assert!(
+        detail["runs"][0]["error"]["reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("ended before the turn did")),
+        "an interrupted run says why: {detail}"
+    );
     assert_eq!(detail["runs"][1]["status"], "succeeded", "{detail}");
 }
 
@@ -137,6 +143,12 @@ async fn a_live_agent_left_by_a_dead_host_keeps_its_thread_busy() {
     assert_eq!(next.code, 0, "{next:?}");
     let detail = host.thread(&thread).await;
     assert_eq!(detail["runs"][0]["status"], "interrupted", "{detail}");
+    assert!(
+        detail["runs"][0]["error"]["reason"]
+            .as_str()
+            .is_some_and(|why| why.contains("ended before the turn did")),
+        "an interrupted run says why: {detail}"
+    );
     assert_eq!(detail["runs"][1]["status"], "succeeded", "{detail}");
 }
 

@@ -15,6 +15,12 @@ use crate::ids::{IdError, RunId, ThreadId};
 /// Schema version written to `PRAGMA user_version` by [`migrate`].
 pub const SCHEMA_VERSION: u32 = 6;
 
+/// Marks run `?1` (still `running`) `interrupted` at `?2` ms, with the reason `threads show` prints as `why:`.
+const MARK_INTERRUPTED: &str = "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted',
+     error_reason='the awp-host running this turn ended before the turn did (killed, crashed or the machine \
+stopped) and its agent is gone too; the thread takes turns again'
+     WHERE id=?1 AND status='running'";
+
 /// File name of the database inside the data directory.
 pub const DATABASE_FILE: &str = "awp-host.sqlite3";
 
@@ -959,11 +965,7 @@ impl Store {
             if self.run_orphaned(&run)? {
                 let tx = self.write_tx("recovering interrupted runs")?;
                 let n = tx
-                    .execute(
-                        "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'
-                         WHERE id=?1 AND status='running'",
-                        params![run.as_str(), now_ms()],
-                    )
+                    .execute(MARK_INTERRUPTED, params![run.as_str(), now_ms()])
                     .map_err(db("recovering interrupted runs"))?;
                 tx.commit().map_err(db("recovering interrupted runs"))?;
                 if n > 0 {
@@ -1041,12 +1043,8 @@ impl Store {
                 {
                     return Err(busy);
                 }
-                tx.execute(
-                    "UPDATE runs SET status='interrupted', ended_at_ms=?2, error_code='host_interrupted'
-                     WHERE id=?1 AND status='running'",
-                    params![other.as_str(), now],
-                )
-                .map_err(db("recovering interrupted runs"))?;
+                tx.execute(MARK_INTERRUPTED, params![other.as_str(), now])
+                    .map_err(db("recovering interrupted runs"))?;
             }
         }
         let thread_id = match run.thread {
@@ -1814,6 +1812,13 @@ mod tests {
         assert_eq!(
             status(&dead_id).error_code.as_deref(),
             Some("host_interrupted")
+        );
+        assert!(
+            status(&dead_id)
+                .error_reason
+                .as_deref()
+                .is_some_and(|why| why.contains("ended before the turn did")),
+            "an interrupted run says why"
         );
         assert_eq!(status(&live.run_id).status, RunStatus::Running);
         store.finish_run(live, &succeeded()).unwrap();
