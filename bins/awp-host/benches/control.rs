@@ -583,8 +583,9 @@ async fn download_rate(out: &mut String, host: &Host, sizes: &Sizes, run: &str, 
     )
     .unwrap();
     out.push_str(
-        "\nUpload: not measured. No method on this host's surface takes an upload (`POST /v1/upload` answers\n\
-         `invalid_request`, \"takes no upload on this host\"), so there is nothing real to time.\n",
+        "\nUpload: not measured here; the upload methods (`ocr.extractUpload`, `audio.transcribeUpload`) spend\n\
+         their time in the OCR engine or the provider, and the spool's own write path is timed in the compute\n\
+         bench's \"Media artifact write + read\".\n",
     );
 }
 
