@@ -103,6 +103,10 @@ pub async fn serve(
     })?;
     let shutdown = CancellationToken::new();
     cancel_on_signals(shutdown.clone())?;
+    // Renderers (approver socket, console) stay attached until the requests and approvals have ended: a
+    // renderer leaving first would deny a pending approval (fail closed) while its request is being ended as
+    // `unavailable`, and which one the waiting `deepchat` saw would be a race.
+    let renderers_stop = CancellationToken::new();
     let mut background = tokio::task::JoinSet::new();
     if let Some(path) = &args.approvals_socket {
         let socket = ApproverSocket::bind(path)
@@ -113,7 +117,7 @@ pub async fn serve(
             path.display(),
             socket.token_path().display()
         );
-        background.spawn(socket.serve(plane.approvals().clone(), shutdown.clone()));
+        background.spawn(socket.serve(plane.approvals().clone(), renderers_stop.clone()));
     }
     let console = match args.console.as_str() {
         "on" => true,
@@ -124,7 +128,7 @@ pub async fn serve(
         // Attached here, before the listening line: a request after that line finds the console.
         background.spawn(approvals_console(
             plane.approvals().attach_renderer(),
-            shutdown.clone(),
+            renderers_stop.clone(),
         ));
     }
     // Everything an operator or test may use is ready before the first line says so.
@@ -162,6 +166,7 @@ pub async fn serve(
     // cancel live runs, close subscribers, cancel approvals; socket and descriptor are removed by the server.
     server.shutdown().await;
     plane.shutdown(RUN_SHUTDOWN_GRACE).await;
+    renderers_stop.cancel();
     background.shutdown().await;
     eprintln!("awp-host: serve stopped");
     Ok(Exit::Ok)

@@ -469,3 +469,28 @@ async fn sigterm_stops_serve_while_the_approvals_console_waits_on_an_open_stdin(
         .expect("serve exits without input on the console");
     assert_eq!(status.code_or_signal(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutation_waiting_for_its_approval_at_shutdown_ends_unavailable_not_denied() {
+    let host = Host::new();
+    host.agents_toml(AGENTS);
+    let socket = host.path("approver.sock");
+    let socket_arg = socket.display().to_string();
+    let server = serve(
+        &host,
+        &["--console", "off", "--approvals-socket", &socket_arg],
+    )
+    .await;
+    let token = std::fs::read_to_string(format!("{socket_arg}.token")).expect("token file");
+    let (mut lines, _write) = approver(&socket, &token).await;
+    assert_eq!(next_line(&mut lines).await["type"], "ready");
+    let mut change = spawn_execution_change(&host).await;
+    assert_eq!(next_line(&mut lines).await["type"], "approval");
+
+    // The approver stays attached while serve ends the request: the waiting deepchat always sees the host
+    // going away (unavailable, exit 3), never a denial caused by its approver being disconnected first.
+    assert_eq!(server.stop().await, 0);
+    let out = collect(&mut change).await;
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stdout.contains("\"code\":\"unavailable\""), "{out:?}");
+}
