@@ -36,11 +36,13 @@ pub fn permissions(yes: bool) -> AcpPermissions {
         Box::pin(async move {
             let _turn = terminal.lock().await;
             let fallback = reject_outcome(&request.options);
-            // Ctrl-C rejects at once (and cancels the turn); a cancelled turn drops this future, which ends the
-            // read as well.
+            // Ctrl-C answers `cancelled` at once (ACP v1 "Cancellation": a client cancelling the prompt turn
+            // answers every pending permission request `cancelled`); the same signal cancels the turn
+            // (`session/cancel`). A turn cancelled otherwise drops this future, which ends the read as well.
             match ask_terminal(question(&request)).await {
                 Answered::Line(line) => choice(&request.options, &line).unwrap_or(fallback),
-                Answered::Interrupted | Answered::Closed => fallback,
+                Answered::Interrupted => RequestPermissionOutcome::Cancelled,
+                Answered::Closed => fallback,
             }
         })
     })
