@@ -212,7 +212,8 @@ pub struct ChatArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
     /// Fail the turn (exit 7, agent_first_output_timeout) when an awp-jsonl/stream-json agent prints no protocol
-    /// event this many seconds after its turn was written (it may speak another protocol or wait for a login);
+    /// event this many seconds after its turn was written, or an ACP agent does not answer a setup request
+    /// (initialize, session/new, …) within it (it may speak another protocol or wait for a login);
     /// 0 = off, at most 86400 [default: the agent's `first_output_timeout_secs` in agents.toml, else 120]
     #[arg(long, value_name = "SECS", value_parser = parse_first_output_timeout)]
     pub first_output_timeout: Option<Duration>,
