@@ -438,9 +438,11 @@ async fn ctrl_c_at_an_acp_permission_question_cancels_at_once_and_leaves_no_read
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_at_a_one_shot_chats_acp_permission_question_answers_cancelled() {
     let host = Host::new();
+    let trace = host.config.join("trace.log");
     host.agents_toml(&format!(
-        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"tools\"]\n",
-        agentwire_testkit::bin_path("acp-fixture").display()
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"tools\"]\nenv = {{ ACP_FIXTURE_TRACE = \"{}\" }}\n",
+        agentwire_testkit::bin_path("acp-fixture").display(),
+        trace.display()
     ));
     let tmux = Tmux::start(&host, &["chat", "--agent", "acp", "go"]).await;
     tmux.wait_count("choose a number", 1).await;
@@ -449,4 +451,17 @@ async fn ctrl_c_at_a_one_shot_chats_acp_permission_question_answers_cancelled() 
     assert!(pane.contains("EXITED=7"), "{pane}");
     assert!(pane.contains("↳ error: cancelled"), "{pane}");
     assert!(!pane.contains("selected reject"), "{pane}");
+    // ACP v1 "Cancellation": session/cancel first, then the pending request answered `cancelled`.
+    let sent = std::fs::read_to_string(&trace).expect("trace");
+    let client: Vec<&str> = sent.lines().filter(|l| l.starts_with("client ")).collect();
+    let cancel = client
+        .iter()
+        .position(|l| l.contains("\"method\":\"session/cancel\""));
+    let answer = client
+        .iter()
+        .position(|l| l.contains("\"outcome\":{\"outcome\":\"cancelled\"}"));
+    assert!(
+        matches!((cancel, answer), (Some(c), Some(a)) if c < a),
+        "{sent}"
+    );
 }

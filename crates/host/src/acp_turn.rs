@@ -981,9 +981,12 @@ impl AcpRunner {
         if self.cancel_due.is_none() {
             self.cancel_due = Some(tokio::time::Instant::now() + CANCEL_GRACE);
         }
-        if let Err(e) = self.canceller.cancel().await {
+        // Bounded: an agent that reads nothing can keep the notification from being queued.
+        match tokio::time::timeout(CANCEL_GRACE, self.canceller.cancel()).await {
+            Ok(Ok(_)) => {}
             // The agent is gone; the turn ends (cancelled) when its connection closes.
-            tracing::debug!("session/cancel not sent: {e}");
+            Ok(Err(e)) => tracing::debug!("session/cancel not sent: {e}"),
+            Err(_) => tracing::debug!("session/cancel not queued within the cancel grace"),
         }
     }
 
