@@ -498,11 +498,11 @@ fn acp_agent_with(host: &Host, name: &str, mode: &str, extra: &str) {
     std::fs::write(host.config.join("agents.toml"), text).expect("write agents.toml");
 }
 
-/// Sends SIGINT to `child`.
-fn interrupt(child: &agentwire_process::Child) {
+/// Sends `signal` to `child`.
+fn interrupt(child: &agentwire_process::Child, signal: rustix::process::Signal) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().expect("pid")).expect("pid"))
         .expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("send SIGINT");
+    rustix::process::kill_process(pid, signal).expect("send the signal");
 }
 
 /// Waits (bounded) until the fixture's trace file shows the client's request `method`.
@@ -571,7 +571,7 @@ async fn an_acp_agent_silent_at_startup_fails_at_the_first_output_timeout_with_e
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_ctrl_c_ends_an_acp_agents_startup_it_never_answers_with_exit_7() {
+async fn one_sigterm_ends_an_acp_agents_startup_it_never_answers_with_exit_7() {
     let host = Host::new();
     let trace = host.config.join("trace.log");
     acp_agent_with(
@@ -591,7 +591,8 @@ async fn one_ctrl_c_ends_an_acp_agents_startup_it_never_answers_with_exit_7() {
     ]);
     let mut stdout = child.take_stdout().expect("stdout");
     traced_request(&trace, "initialize").await;
-    interrupt(&child);
+    // A supervisor's single SIGTERM (the same as one Ctrl-C).
+    interrupt(&child, rustix::process::Signal::TERM);
     let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
         .await
@@ -613,7 +614,7 @@ async fn one_ctrl_c_ends_a_turn_whose_acp_agent_ignores_session_cancel() {
     let mut child = host.spawn(&["chat", "--agent", "deaf", "--jsonl", "hi"]);
     let mut stdout = child.take_stdout().expect("stdout");
     let seen = read_until(&mut stdout, "ignoring cancel").await;
-    interrupt(&child);
+    interrupt(&child, rustix::process::Signal::INT);
     // Bounded by the 10 s grace, then the stop ladder.
     let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
