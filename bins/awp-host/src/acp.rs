@@ -36,11 +36,18 @@ pub fn permissions(yes: bool) -> AcpPermissions {
         Box::pin(async move {
             let _turn = terminal.lock().await;
             let fallback = reject_outcome(&request.options);
-            // Ctrl-C rejects at once (and cancels the turn); a cancelled turn drops this future, which ends the
-            // read as well.
+            // Ctrl-C ends the question at once; the same signal cancels the turn, and the client answers the
+            // request `cancelled` right after queueing `session/cancel` (ACP v1 "Cancellation": a client that
+            // sends session/cancel answers every pending permission request `cancelled`). Should no cancel
+            // follow, the answer is `cancelled` all the same after CANCELLED_ANSWER_FALLBACK. A turn cancelled
+            // otherwise drops this future, which ends the read as well.
             match ask_terminal(question(&request)).await {
                 Answered::Line(line) => choice(&request.options, &line).unwrap_or(fallback),
-                Answered::Interrupted | Answered::Closed => fallback,
+                Answered::Interrupted => {
+                    tokio::time::sleep(CANCELLED_ANSWER_FALLBACK).await;
+                    RequestPermissionOutcome::Cancelled
+                }
+                Answered::Closed => fallback,
             }
         })
     })
@@ -70,6 +77,10 @@ pub fn tool_permissions(yes: bool) -> ToolPermissions {
         })
     })
 }
+
+/// How long a permission question ended with Ctrl-C waits for the turn's cancel to answer it `cancelled` (after
+/// `session/cancel`) before answering `cancelled` itself (1 s).
+pub const CANCELLED_ANSWER_FALLBACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Message of a `can_use_tool` request the user did not allow.
 pub const DENIED_BY_USER: &str = "denied by the user in awp-host";

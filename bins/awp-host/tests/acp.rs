@@ -488,3 +488,190 @@ async fn a_tool_call_announced_twice_is_rendered_once_then_its_updates() {
         ]
     );
 }
+
+/// Writes agents.toml with one `acp-fixture` agent `name` in `mode`, with `extra` TOML lines.
+fn acp_agent_with(host: &Host, name: &str, mode: &str, extra: &str) {
+    let text = format!(
+        "[[agents]]\nname = \"{name}\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"{mode}\"]\n{extra}",
+        agentwire_testkit::bin_path("acp-fixture").display()
+    );
+    std::fs::write(host.config.join("agents.toml"), text).expect("write agents.toml");
+}
+
+/// Sends `signal` to `child`.
+fn interrupt(child: &agentwire_process::Child, signal: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id().expect("pid")).expect("pid"))
+        .expect("pid");
+    rustix::process::kill_process(pid, signal).expect("send the signal");
+}
+
+/// Waits (bounded) until the fixture's trace file shows the client's request `method`.
+async fn traced_request(trace: &Path, method: &str) {
+    let needle = format!("\"method\":\"{method}\"");
+    let seen = async {
+        loop {
+            let text = std::fs::read_to_string(trace).unwrap_or_default();
+            if text
+                .lines()
+                .any(|l| l.starts_with("client ") && l.contains(&needle))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), seen)
+        .await
+        .expect("the agent read the request in time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_silent_at_startup_fails_at_the_first_output_timeout_with_exit_7() {
+    // `chat --first-output-timeout` bounds the `initialize` answer.
+    let host = Host::new();
+    acp_agent_with(&host, "mute", "mute-initialize", "");
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "mute",
+            "--first-output-timeout",
+            "1",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let record = out.json();
+    assert_eq!(
+        record["error"]["code"], "agent_first_output_timeout",
+        "{out:?}"
+    );
+    let detail = record["error"]["detail"].as_str().expect("detail");
+    assert!(detail.contains("`initialize`"), "{detail}");
+    // agents.toml's first_output_timeout_secs bounds the `session/new` answer.
+    let host = Host::new();
+    acp_agent_with(&host, "mute", "mute-new", "first_output_timeout_secs = 1\n");
+    let out = host.run(&["chat", "--agent", "mute", "--json", "hi"]).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let record = out.json();
+    assert_eq!(
+        record["error"]["code"], "agent_first_output_timeout",
+        "{out:?}"
+    );
+    let detail = record["error"]["detail"].as_str().expect("detail");
+    assert!(detail.contains("`session/new`"), "{detail}");
+    let thread = host
+        .thread(record["thread_id"].as_str().expect("thread"))
+        .await;
+    assert_eq!(
+        thread["runs"][0]["error"]["code"], "agent_first_output_timeout",
+        "{thread}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sigterm_ends_an_acp_agents_startup_it_never_answers_with_exit_7() {
+    let host = Host::new();
+    let trace = host.config.join("trace.log");
+    acp_agent_with(
+        &host,
+        "mute",
+        "mute-initialize",
+        &format!("env = {{ ACP_FIXTURE_TRACE = \"{}\" }}\n", trace.display()),
+    );
+    let mut child = host.spawn(&[
+        "chat",
+        "--agent",
+        "mute",
+        "--first-output-timeout",
+        "0",
+        "--json",
+        "hi",
+    ]);
+    let mut stdout = child.take_stdout().expect("stdout");
+    traced_request(&trace, "initialize").await;
+    // A supervisor's single SIGTERM (the same as one Ctrl-C).
+    interrupt(&child, rustix::process::Signal::TERM);
+    let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exit after one signal");
+    assert_eq!(status.code, Some(7), "{rest}");
+    let record: Value = serde_json::from_str(rest.trim()).expect("json");
+    assert_eq!(record["status"], "cancelled", "{rest}");
+    assert_eq!(record["error"]["code"], "cancelled", "{rest}");
+    let thread = host
+        .thread(record["thread_id"].as_str().expect("thread"))
+        .await;
+    assert_eq!(thread["runs"][0]["status"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ctrl_c_ends_a_turn_whose_acp_agent_ignores_session_cancel() {
+    let host = Host::new();
+    acp_agents(&host, &[("deaf", "acp-fixture", Some("ignore-cancel"))]);
+    let mut child = host.spawn(&["chat", "--agent", "deaf", "--jsonl", "hi"]);
+    let mut stdout = child.take_stdout().expect("stdout");
+    let seen = read_until(&mut stdout, "ignoring cancel").await;
+    interrupt(&child, rustix::process::Signal::INT);
+    // Bounded by the 10 s grace, then the stop ladder.
+    let rest = read_until(&mut stdout, "\"type\":\"result\"").await;
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exit after one signal");
+    assert_eq!(status.code, Some(7), "{seen}{rest}");
+    let record: Value = serde_json::from_str(rest.lines().last().expect("record")).expect("json");
+    assert_eq!(record["status"], "cancelled", "{rest}");
+    assert_eq!(record["error"]["code"], "cancelled", "{rest}");
+    assert_eq!(
+        record["error"]["detail"],
+        "the agent did not end the turn within 10 s of session/cancel; it was stopped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_agent_failing_at_startup_says_why() {
+    let host = Host::new();
+    acp_agent_with(&host, "bad", "fail-start", "");
+    let out = host.run(&["chat", "--agent", "bad", "--json", "hi"]).await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let record = out.json();
+    assert_eq!(record["error"]["code"], "agent_exited_mid_turn", "{out:?}");
+    assert_eq!(
+        record["error"]["detail"],
+        "the agent exited before answering `initialize` (exit code 1)"
+    );
+    assert_eq!(
+        record["error"]["reason"],
+        "Error: FIXTURE_API_KEY is not set"
+    );
+    let thread = record["thread_id"].as_str().expect("thread").to_owned();
+    let shown = host.run(&["threads", "show", &thread]).await;
+    assert!(
+        shown
+            .stdout
+            .contains("why: Error: FIXTURE_API_KEY is not set"),
+        "{shown:?}"
+    );
+    // The human message carries the reason too.
+    let out = host.run(&["chat", "--agent", "bad", "hi"]).await;
+    assert_eq!(out.code, 6, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("the agent said: Error: FIXTURE_API_KEY is not set"),
+        "{out:?}"
+    );
+    // What it printed on stdout that is not JSON, when stderr is empty.
+    acp_agent_with(&host, "nj", "not-json-exit", "");
+    let out = host.run(&["chat", "--agent", "nj", "--json", "hi"]).await;
+    assert_eq!(out.code, 6, "{out:?}");
+    let reason = out.json()["error"]["reason"]
+        .as_str()
+        .expect("reason")
+        .to_owned();
+    assert_eq!(
+        reason,
+        "the agent printed 1 line that is not JSON; first: fixture: please log in first"
+    );
+}

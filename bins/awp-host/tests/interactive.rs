@@ -421,7 +421,11 @@ async fn ctrl_c_at_an_acp_permission_question_cancels_at_once_and_leaves_no_read
     tmux.line("go").await;
     tmux.wait_count("choose a number", 1).await;
     tmux.send(&["C-c"]).await;
-    tmux.wait_count("cancelled (cancelled)", 1).await;
+    let pane = tmux.wait_count("cancelled (cancelled)", 1).await;
+    // The pending question was answered `cancelled` (ACP v1 "Cancellation"), not with a reject option: the
+    // fixture reports the outcome it got as the tool call's result.
+    assert!(pane.contains("↳ error: cancelled"), "{pane}");
+    assert!(!pane.contains("selected reject"), "{pane}");
     // The question's reader ended with it: the next line is a turn (asking again), and its answer is read.
     tmux.line("again").await;
     tmux.wait_count("choose a number", 2).await;
@@ -429,4 +433,35 @@ async fn ctrl_c_at_an_acp_permission_question_cancels_at_once_and_leaves_no_read
     tmux.wait_count("selected allow", 1).await;
     tmux.send(&["C-d"]).await;
     tmux.wait_count("EXITED=0", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_at_a_one_shot_chats_acp_permission_question_answers_cancelled() {
+    let host = Host::new();
+    let trace = host.config.join("trace.log");
+    host.agents_toml(&format!(
+        "[[agents]]\nname = \"acp\"\nprotocol = \"acp\"\nexecutable = \"{}\"\nargs = [\"--mode\", \"tools\"]\nenv = {{ ACP_FIXTURE_TRACE = \"{}\" }}\n",
+        agentwire_testkit::bin_path("acp-fixture").display(),
+        trace.display()
+    ));
+    let tmux = Tmux::start(&host, &["chat", "--agent", "acp", "go"]).await;
+    tmux.wait_count("choose a number", 1).await;
+    tmux.send(&["C-c"]).await;
+    let pane = tmux.wait_count("EXITED=", 1).await;
+    assert!(pane.contains("EXITED=7"), "{pane}");
+    assert!(pane.contains("↳ error: cancelled"), "{pane}");
+    assert!(!pane.contains("selected reject"), "{pane}");
+    // ACP v1 "Cancellation": session/cancel first, then the pending request answered `cancelled`.
+    let sent = std::fs::read_to_string(&trace).expect("trace");
+    let client: Vec<&str> = sent.lines().filter(|l| l.starts_with("client ")).collect();
+    let cancel = client
+        .iter()
+        .position(|l| l.contains("\"method\":\"session/cancel\""));
+    let answer = client
+        .iter()
+        .position(|l| l.contains("\"outcome\":{\"outcome\":\"cancelled\"}"));
+    assert!(
+        matches!((cancel, answer), (Some(c), Some(a)) if c < a),
+        "{sent}"
+    );
 }

@@ -1493,9 +1493,10 @@ impl Session {
     }
 }
 
-/// Cancels a session's turn in progress: sets the turn's cancel flag (pending and later permission requests of the
-/// turn are answered `cancelled`, the turn reports `cancelled` whatever the agent answers) and sends
-/// `session/cancel {"sessionId":…}` (Kandev dialect: `{"reason":…}`). Updates keep being accepted.
+/// Cancels a session's turn in progress: queues `session/cancel {"sessionId":…}` (Kandev dialect: `{"reason":…}`),
+/// then sets the turn's cancel flag (pending and later permission requests of the turn are answered `cancelled`,
+/// after the notification as ACP v1 "Cancellation" orders it; the turn reports `cancelled` whatever the agent
+/// answers). Updates keep being accepted.
 #[derive(Clone)]
 pub struct Canceller {
     client: Client,
@@ -1520,18 +1521,23 @@ impl Canceller {
     pub async fn cancel(&self) -> Result<bool, AcpError> {
         let token = lock(&self.shared.turn).clone();
         let Some(token) = token else { return Ok(false) };
-        token.cancel();
-        let params = match self.client.dialect() {
-            Some(Dialect::Kandev) => serde_json::json!({"reason": "cancelled by the client"}),
-            _ => serde_json::to_value(CancelNotification::new(self.session_id.clone()))
-                .map_err(|error| AcpError::Encode(error.to_string()))?,
+        let sent = async {
+            let params = match self.client.dialect() {
+                Some(Dialect::Kandev) => serde_json::json!({"reason": "cancelled by the client"}),
+                _ => serde_json::to_value(CancelNotification::new(self.session_id.clone()))
+                    .map_err(|error| AcpError::Encode(error.to_string()))?,
+            };
+            self.client
+                .inner
+                .connection
+                .notify("session/cancel", Some(params))
+                .await?;
+            Ok::<_, AcpError>(())
         };
-        self.client
-            .inner
-            .connection
-            .notify("session/cancel", Some(params))
-            .await?;
-        Ok(true)
+        let sent = sent.await;
+        // Once the notification is queued: the `cancelled` answers to pending permission requests follow it.
+        token.cancel();
+        sent.map(|()| true)
     }
 }
 

@@ -31,6 +31,16 @@
 //! `max_turn_requests` fail with that reason as the code (the answer is incomplete: scripts must notice; the text
 //! streamed so far is kept). Source: ACP v1 "Prompt Turn"; protocols/acp.md.
 //!
+//! Startup: each answer of the setup (`initialize`; `session/resume`, `session/load` or `session/new`; the model's
+//! `session/set_config_option`) must come within the agent's first-output timeout, else the turn fails with
+//! [`crate::turn::FIRST_OUTPUT_TIMEOUT`]; a cancel during the setup ends it at once (`cancelled`). Either way, or when
+//! the setup fails, the agent is stopped with the stop ladder and what it left (its stderr tail, how many stdout
+//! lines were not JSON, its exit status) goes into [`StartFailure`], from which the run's reason is built
+//! ([`crate::turn::failure_reason`]) as for the other protocols.
+//!
+//! Cancel: [`AcpRunner::cancel`] sends `session/cancel`; an agent that has not ended the turn [`CANCEL_GRACE`]
+//! later is stopped with the stop ladder and the turn ends `cancelled` all the same.
+//!
 //! IO: the agent process (through `agentwire-acp`'s client, which spawns with `agentwire-process`) and one tokio task
 //! per turn that owns the ACP session.
 
@@ -64,6 +74,70 @@ pub const SESSION_NOT_RESUMED: &str = "session_not_resumed";
 
 /// Notice kind when a model was asked for but the agent offers no `model` config option.
 pub const MODEL_NOT_APPLIED: &str = "model_not_applied";
+
+/// How long after `session/cancel` the agent may take to end the turn before it is stopped with the stop ladder
+/// (the turn ends `cancelled` either way): the grace Claude Code gets after `interrupt`
+/// ([`crate::agents::CONTROL_INTERRUPT_GRACE`], 10 s).
+pub const CANCEL_GRACE: Duration = crate::agents::CONTROL_INTERRUPT_GRACE;
+
+/// Detail of a turn whose agent did not end it within [`CANCEL_GRACE`] after `session/cancel`.
+pub const CANCEL_NOT_ANSWERED: &str =
+    "the agent did not end the turn within 10 s of session/cancel; it was stopped";
+
+/// Why an ACP agent did not get through its setup, and what it left.
+#[derive(Debug)]
+pub(crate) struct StartFailure {
+    /// Stable code: `spawn_failed`, `agent_first_output_timeout`, `cancelled`, or the [`error_status`] code.
+    pub code: String,
+    /// The host's own words: which request went unanswered, the exit status, the agent's error answer.
+    pub detail: String,
+    /// Last bytes of its stderr.
+    pub stderr_tail: String,
+    /// Stdout lines that were not JSON.
+    pub invalid_lines: u64,
+    /// The first of them (bounded by the connection).
+    pub first_invalid_line: Option<String>,
+}
+
+impl StartFailure {
+    fn new(code: &str, detail: String) -> Self {
+        StartFailure {
+            code: code.to_owned(),
+            detail,
+            stderr_tail: String::new(),
+            invalid_lines: 0,
+            first_invalid_line: None,
+        }
+    }
+}
+
+/// How the setup ended without a session: the request it waited for (`step`) and why.
+enum SetupEnd {
+    Failed(&'static str, AcpError),
+    NoAnswer(&'static str, Duration),
+    Cancelled(&'static str),
+}
+
+/// `call`, the setup request `step`, answered within `limit` (`None`: no limit); `current` names the request
+/// waited for (a cancel says which).
+async fn answered<T>(
+    current: &std::sync::Mutex<&'static str>,
+    step: &'static str,
+    limit: Option<Duration>,
+    call: impl Future<Output = Result<T, AcpError>>,
+) -> Result<T, SetupEnd> {
+    if let Ok(mut current) = current.lock() {
+        *current = step;
+    }
+    let answer = match limit {
+        None => call.await,
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(answer) => answer,
+            Err(_) => return Err(SetupEnd::NoAnswer(step, limit)),
+        },
+    };
+    answer.map_err(|e| SetupEnd::Failed(step, e))
+}
 
 /// A boxed permission decision.
 pub type PermissionFuture = Pin<Box<dyn Future<Output = RequestPermissionOutcome> + Send>>;
@@ -571,6 +645,8 @@ pub(crate) struct AcpRunner {
     /// gives them to the observer before it asks for the next): what [`RenderGate`] waits for.
     observed: watch::Sender<u64>,
     idle_timeout: Option<Duration>,
+    /// Set by [`AcpRunner::cancel`]: when the agent is stopped if the turn has not ended ([`CANCEL_GRACE`]).
+    cancel_due: Option<tokio::time::Instant>,
     max_line_bytes: usize,
     task: tokio::task::JoinHandle<()>,
 }
@@ -601,33 +677,34 @@ impl AcpRunner {
     }
 
     /// Spawns the agent in `cwd` (also the root of its `fs/*` access), initializes it, reopens `resume` (see the
-    /// module doc) or creates a new session, and selects `model` through the agent's `model` config option.
+    /// module doc) or creates a new session, and selects `model` through the agent's `model` config option. Each
+    /// answer must come within `first_output_timeout` (`None`: no limit); `cancel` resolving ends the setup.
     ///
     /// # Errors
-    /// `(code, detail)`: `spawn_failed`, or the [`error_status`] code of the failed request.
+    /// [`StartFailure`]: `spawn_failed`, [`crate::turn::FIRST_OUTPUT_TIMEOUT`], `cancelled`, or the
+    /// [`error_status`] code of the failed request; the agent is stopped (stop ladder) first.
     #[allow(clippy::too_many_arguments)] // One call site; a struct would only rename these.
-    pub(crate) async fn start(
+    pub(crate) async fn start<C: Future<Output = ()>>(
         plan: &LaunchPlan,
         max_line_bytes: usize,
         resume: Option<&SessionId>,
         model: Option<&str>,
         cwd: Option<&Path>,
         idle_timeout: Option<Duration>,
+        first_output_timeout: Option<Duration>,
+        cancel: Pin<&mut C>,
         permissions: AcpPermissions,
         max_summary_chars: usize,
-    ) -> Result<AcpRunner, (String, String)> {
+    ) -> Result<AcpRunner, StartFailure> {
         let cwd: PathBuf = match cwd {
             Some(dir) => dir.to_path_buf(),
             None => std::env::current_dir().map_err(|e| {
-                (
-                    codes::SPAWN_FAILED.to_owned(),
-                    format!("no working directory: {e}"),
-                )
+                StartFailure::new(codes::SPAWN_FAILED, format!("no working directory: {e}"))
             })?,
         };
         let fs = RootedFs::new(&cwd).map_err(|e| {
-            (
-                codes::SPAWN_FAILED.to_owned(),
+            StartFailure::new(
+                codes::SPAWN_FAILED,
                 format!("working directory {}: {e}", cwd.display()),
             )
         })?;
@@ -652,22 +729,35 @@ impl AcpRunner {
             .permission_handler(Permissions(permissions, announced.clone(), gate.clone()))
             .fs_handler(fs)
             .spawn(&mut command)
-            .map_err(|e| (codes::SPAWN_FAILED.to_owned(), e.to_string()))?;
-        let fail = |e: AcpError| match error_status(&e) {
-            TurnStatus::Failed { code, detail } => (code, detail.unwrap_or_default()),
-            TurnStatus::Success => (codes::AGENT_ERROR.to_owned(), e.to_string()),
-        };
+            .map_err(|e| StartFailure::new(codes::SPAWN_FAILED, e.to_string()))?;
+        let limit = first_output_timeout.filter(|t| !t.is_zero());
+        let current = std::sync::Mutex::new("initialize");
         let setup = async {
-            client.initialize().await?;
+            answered(&current, "initialize", limit, client.initialize()).await?;
             let mut startup = Vec::new();
             let mut session = match resume {
-                None => client.new_session(&cwd).await?,
-                Some(id) => reopen(&client, id, &cwd, &mut startup).await?,
+                None => answered(&current, "session/new", limit, client.new_session(&cwd)).await?,
+                Some(id) => {
+                    let reopened = reopen(&client, id, &cwd, &mut startup);
+                    answered(
+                        &current,
+                        "session/resume, session/load or session/new",
+                        limit,
+                        reopened,
+                    )
+                    .await?
+                }
             };
             let mut applied = None;
             if let Some(model) = model {
                 if session.model_option().is_some() {
-                    session.set_model(model).await?;
+                    answered(
+                        &current,
+                        "session/set_config_option",
+                        limit,
+                        session.set_model(model),
+                    )
+                    .await?;
                     applied = Some(model.to_owned());
                 } else {
                     startup.push(notice(
@@ -678,14 +768,18 @@ impl AcpRunner {
                     ));
                 }
             }
-            Ok::<_, AcpError>((session, startup, applied))
+            Ok::<_, SetupEnd>((session, startup, applied))
         };
-        let (mut session, notices, model) = match setup.await {
-            Ok(done) => done,
-            Err(e) => {
-                client.stop(StopPlan::default()).await;
-                return Err(fail(e));
+        let ended = tokio::select! {
+            ended = setup => ended,
+            () = cancel => {
+                let step = current.lock().map_or("initialize", |step| *step);
+                Err(SetupEnd::Cancelled(step))
             }
+        };
+        let (mut session, notices, model) = match ended {
+            Ok(done) => done,
+            Err(end) => return Err(failed_start(&client, end).await),
         };
         let mut startup = Vec::new();
         let session_id = match SessionId::new(session.id().to_string()) {
@@ -781,6 +875,7 @@ impl AcpRunner {
             events: events_rx,
             observed,
             idle_timeout,
+            cancel_due: None,
             max_line_bytes,
             task,
         })
@@ -846,19 +941,30 @@ impl AcpRunner {
     /// the observer: each `Taken` mark passed on the way is published to [`RenderGate`].
     async fn next_delivered_event(&mut self) -> Option<NormalizedEvent> {
         loop {
-            let delivered = match self.idle_timeout {
-                None => self.events.recv().await,
-                Some(idle) => match tokio::time::timeout(idle, self.events.recv()).await {
-                    Ok(delivered) => delivered,
-                    Err(_) => {
-                        self.cancel().await;
-                        let mut outcome =
-                            TurnOutcome::new(TurnStatus::failed(codes::AGENT_IDLE_TIMEOUT));
-                        outcome.session_id = self.session_id.clone();
-                        self.idle_timeout = None;
-                        return Some(NormalizedEvent::TurnCompleted(outcome));
-                    }
-                },
+            let idle_due = self
+                .idle_timeout
+                .map(|idle| tokio::time::Instant::now() + idle);
+            let delivered = tokio::select! {
+                delivered = self.events.recv() => delivered,
+                () = due(idle_due) => {
+                    self.cancel().await;
+                    let mut outcome =
+                        TurnOutcome::new(TurnStatus::failed(codes::AGENT_IDLE_TIMEOUT));
+                    outcome.session_id = self.session_id.clone();
+                    self.idle_timeout = None;
+                    return Some(NormalizedEvent::TurnCompleted(outcome));
+                }
+                () = due(self.cancel_due) => {
+                    // The agent ignored session/cancel: the stop ladder ends it (and the turn).
+                    self.cancel_due = None;
+                    self.client.stop(StopPlan::default()).await;
+                    let mut outcome = TurnOutcome::new(TurnStatus::Failed {
+                        code: codes::CANCELLED.to_owned(),
+                        detail: Some(CANCEL_NOT_ANSWERED.to_owned()),
+                    });
+                    outcome.session_id = self.session_id.clone();
+                    return Some(NormalizedEvent::TurnCompleted(outcome));
+                }
             };
             match delivered? {
                 Delivered::Event(event) => return Some(event),
@@ -870,11 +976,17 @@ impl AcpRunner {
     }
 
     /// Cancels the turn: `session/cancel`, pending permission requests answered `cancelled`; the turn then ends
-    /// `cancelled` whatever the agent answers.
+    /// `cancelled` whatever the agent answers, and at the latest [`CANCEL_GRACE`] later (the agent is stopped).
     pub(crate) async fn cancel(&mut self) {
-        if let Err(e) = self.canceller.cancel().await {
+        if self.cancel_due.is_none() {
+            self.cancel_due = Some(tokio::time::Instant::now() + CANCEL_GRACE);
+        }
+        // Bounded: an agent that reads nothing can keep the notification from being queued.
+        match tokio::time::timeout(CANCEL_GRACE, self.canceller.cancel()).await {
+            Ok(Ok(_)) => {}
             // The agent is gone; the turn ends (cancelled) when its connection closes.
-            tracing::debug!("session/cancel not sent: {e}");
+            Ok(Err(e)) => tracing::debug!("session/cancel not sent: {e}"),
+            Err(_) => tracing::debug!("session/cancel not queued within the cancel grace"),
         }
     }
 
@@ -890,6 +1002,59 @@ impl AcpRunner {
             None => String::new(),
         }
     }
+}
+
+/// Resolves at `deadline`; never when it is `None`.
+async fn due(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Stops the agent of a setup that ended without a session (stop ladder) and says why, with what it left.
+async fn failed_start(client: &Client, end: SetupEnd) -> StartFailure {
+    let stopped = client.stop(StopPlan::default()).await;
+    let exit = stopped.map(
+        |stopped| match (stopped.status.code, stopped.status.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "exit status unknown".to_owned(),
+        },
+    );
+    let mut failure = match end {
+        SetupEnd::NoAnswer(step, limit) => StartFailure::new(
+            crate::turn::FIRST_OUTPUT_TIMEOUT,
+            format!(
+                "no answer to `{step}` {} s after it was sent",
+                limit.as_secs()
+            ),
+        ),
+        SetupEnd::Cancelled(step) => StartFailure::new(
+            codes::CANCELLED,
+            format!("cancelled while the agent was starting (no answer to `{step}` yet)"),
+        ),
+        SetupEnd::Failed(step, AcpError::ConnectionClosed) => StartFailure::new(
+            codes::AGENT_EXITED_MID_TURN,
+            match &exit {
+                Some(exit) => format!("the agent exited before answering `{step}` ({exit})"),
+                None => format!("the agent closed the connection before answering `{step}`"),
+            },
+        ),
+        SetupEnd::Failed(_, e) => match error_status(&e) {
+            TurnStatus::Failed { code, detail } => {
+                StartFailure::new(&code, detail.unwrap_or_default())
+            }
+            TurnStatus::Success => StartFailure::new(codes::AGENT_ERROR, e.to_string()),
+        },
+    };
+    if let Some(child) = client.child() {
+        let (bytes, _) = child.stderr_tail().snapshot();
+        failure.stderr_tail = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    failure.invalid_lines = client.stats().rpc.invalid_lines;
+    failure.first_invalid_line = client.connection().first_invalid_line();
+    failure
 }
 
 #[cfg(test)]

@@ -96,6 +96,15 @@ const AGENT_EXITED: &str = "agent_exited";
 /// timeout after the turn was written ([`AgentSpec::first_output_timeout`]).
 pub const FIRST_OUTPUT_TIMEOUT: &str = "agent_first_output_timeout";
 
+/// The first-output timeout of a turn: [`TurnOptions::first_output_timeout`] (zero: off), else the agent's.
+fn first_output_timeout(agent: &AgentSpec, options: &TurnOptions) -> Option<Duration> {
+    match options.first_output_timeout {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t),
+        None => agent.first_output_timeout,
+    }
+}
+
 /// Resolves at `deadline`; never when it is `None`.
 async fn first_output_due(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -381,14 +390,16 @@ enum AgentRunner {
 }
 
 impl AgentRunner {
-    async fn start(
+    /// Starts the agent; `cancel` resolving ends an ACP agent's setup (`cancelled`).
+    async fn start<C: Future<Output = ()>>(
         agent: &AgentSpec,
         plan: &LaunchPlan,
         resume: Option<SessionId>,
         model: Option<&str>,
         cwd: Option<&std::path::Path>,
         options: &TurnOptions,
-    ) -> Result<Self, (String, String)> {
+        cancel: std::pin::Pin<&mut C>,
+    ) -> Result<Self, (String, String, Leftovers)> {
         if agent.protocol == AgentProtocol::Acp {
             return AcpRunner::start(
                 plan,
@@ -397,12 +408,23 @@ impl AgentRunner {
                 model,
                 cwd,
                 options.idle_timeout,
+                first_output_timeout(agent, options),
+                cancel,
                 options.acp_permissions.clone(),
                 options.max_tool_summary_chars,
             )
             .await
-            .map(|runner| AgentRunner::Acp(Box::new(runner)));
+            .map(|runner| AgentRunner::Acp(Box::new(runner)))
+            .map_err(|f| {
+                let left = Leftovers {
+                    stderr_tail: f.stderr_tail,
+                    malformed_lines: f.invalid_lines,
+                    first_malformed_line: f.first_invalid_line,
+                };
+                (f.code, f.detail, left)
+            });
         }
+        let early = |(code, detail): (String, String)| (code, detail, Leftovers::default());
         let mut session_options = SessionOptions::default();
         session_options.idle_timeout = options.idle_timeout;
         session_options.cwd = cwd.map(std::path::Path::to_path_buf);
@@ -414,14 +436,19 @@ impl AgentRunner {
         session_options.control_protocol = control;
         let mut session = match AgentSession::spawn(plan, session_options).await {
             Ok(session) => session,
-            Err(e) => return Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
+            Err(e) => {
+                return Err(early((
+                    codes::SPAWN_FAILED.to_owned(),
+                    e.cause_code().to_owned(),
+                )));
+            }
         };
         if control && let Err(e) = session.initialize(CONTROL_INITIALIZE_TIMEOUT).await {
             session.stop().await;
-            return Err((
+            return Err(early((
                 CONTROL_INITIALIZE_FAILED.to_owned(),
                 format!("{} ({})", e, e.code()),
-            ));
+            )));
         }
         Ok(AgentRunner::Awp(Box::new(session)))
     }
@@ -1018,7 +1045,7 @@ async fn run_turn_inner(
             left.first_malformed_line.as_deref(),
         );
         let end = RunEnd {
-            status: RunStatus::Failed,
+            status: status_of(code),
             usage: None,
             error_code: Some(code.to_owned()),
             // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
@@ -1037,7 +1064,7 @@ async fn run_turn_inner(
             thread_id: thread_id.clone(),
             run_id: run_id.clone(),
             session_id,
-            status: RunStatus::Failed,
+            status: status_of(code),
             error_code: Some(code.to_owned()),
             error_detail: Some(detail),
             error_reason,
@@ -1053,6 +1080,7 @@ async fn run_turn_inner(
     let keep = live.is_some();
     let mut spawned = false;
     let drive = async {
+        let mut cancel = std::pin::pin!(cancel);
         let mut runner = match kept {
             Some(runner) => runner,
             None => {
@@ -1064,12 +1092,13 @@ async fn run_turn_inner(
                     model,
                     cwd.as_deref(),
                     options,
+                    cancel.as_mut(),
                 )
                 .await
                 {
                     Ok(runner) => runner,
-                    Err((code, cause)) => {
-                        return Ok(Driven::Early(code, cause, Leftovers::default()));
+                    Err((code, cause, left)) => {
+                        return Ok(Driven::Early(code, cause, left));
                     }
                 }
             }
@@ -1104,20 +1133,16 @@ async fn run_turn_inner(
             }
             return Ok(Driven::Early(code, detail, left));
         }
-        let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
         // Set while an `interrupt` control request waits for the agent's `result`: the stop ladder's start.
         let mut interrupt_due: Option<tokio::time::Instant> = None;
         let mut interrupted = false;
         let mut outcome: Option<TurnOutcome> = None;
         // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
+        // (ACP agents: their setup answers were bounded instead, see crate::acp_turn.)
         let mut first_output = match agent.protocol {
             AgentProtocol::Acp => None,
-            _ => match options.first_output_timeout {
-                Some(t) if t.is_zero() => None,
-                Some(t) => Some(t),
-                None => agent.first_output_timeout,
-            },
+            _ => first_output_timeout(agent, options),
         }
         .map(|t| (t, tokio::time::Instant::now() + t));
         loop {

@@ -166,6 +166,8 @@ struct State {
     in_flight: HashMap<RequestId, CancellationToken>,
     /// Set once, when the connection closes.
     close_reason: Option<CloseReason>,
+    /// The first line that was not JSON (its first 256 bytes, lossy UTF-8): [`Connection::first_invalid_line`].
+    first_invalid_line: Option<String>,
 }
 
 pub(crate) struct Shared {
@@ -376,6 +378,7 @@ impl Connection {
                 pending: HashMap::new(),
                 in_flight: HashMap::new(),
                 close_reason: None,
+                first_invalid_line: None,
             }),
             counters: Counters::default(),
             closed: CancellationToken::new(),
@@ -601,6 +604,13 @@ impl Connection {
     /// Why the connection closed, `None` while open.
     pub fn close_reason(&self) -> Option<CloseReason> {
         self.shared.lock().close_reason.clone()
+    }
+
+    /// The first line the peer sent that was not JSON (counted in [`Stats::invalid_lines`]): its first 256 bytes,
+    /// lossy UTF-8; `None` when every line was JSON. A peer's banner or error message printed on stdout, for
+    /// diagnostics.
+    pub fn first_invalid_line(&self) -> Option<String> {
+        self.shared.lock().first_invalid_line.clone()
     }
 
     /// Number of our calls waiting for an answer.
@@ -842,6 +852,10 @@ impl Reader {
             Frame::Invalid(line) => {
                 // Only a validating decoder produces this; treat it as the parse error it is.
                 bump(&counters.invalid_lines);
+                self.shared
+                    .lock()
+                    .first_invalid_line
+                    .get_or_insert_with(|| line.preview.to_string());
                 tracing::warn!(preview = %line.preview, error = %line.error, "json-rpc line is not json");
                 return answer(&Response::error(
                     None,
@@ -996,6 +1010,10 @@ impl Reader {
             bump(&counters.batches_rejected);
         } else if invalid.code == crate::ErrorCode::PARSE_ERROR {
             bump(&counters.invalid_lines);
+            self.shared
+                .lock()
+                .first_invalid_line
+                .get_or_insert_with(|| preview.to_string());
         } else {
             bump(&counters.invalid_messages);
         }

@@ -87,5 +87,10 @@ async fn a_banner_before_the_first_frame_is_answered_and_survived() {
     }
     let stats = connection.stats();
     assert_eq!(stats.invalid_lines, 1);
+    // Kept for diagnostics (an agent's login prompt or error message on stdout).
+    assert_eq!(
+        connection.first_invalid_line().as_deref(),
+        Some("agent v1 starting")
+    );
     child.stop(StopPlan::default()).await;
 }
