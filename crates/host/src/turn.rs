@@ -11,15 +11,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use agentwire_awp::control::{self, ControlMessage};
+use agentwire_awp::session::ControlError;
 use agentwire_awp::{
     AgentSession, ContentBlock, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
 use crate::acp_turn::{AcpPermissions, AcpRunner, SESSION_NOT_RESUMED};
-use crate::agents::{
-    AgentProtocol, AgentSpec, CONTROL_INITIALIZE_TIMEOUT, CONTROL_INTERRUPT_GRACE,
-};
+use crate::agents::{AgentProtocol, AgentSpec, CONTROL_INTERRUPT_GRACE};
 use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
@@ -111,8 +110,9 @@ pub const ABORTED: &str = "the agent's process group was killed";
 /// [`RunStatus::Cancelled`].
 pub const ABORTED_CODE: &str = "aborted";
 
-/// Code of a run whose stream-json agent did not answer the host's `initialize` control request (an error answer,
-/// no answer within [`CONTROL_INITIALIZE_TIMEOUT`], or an exit first); the detail says which.
+/// Code of a run whose stream-json agent refused the host's `initialize` control request or exited (or closed
+/// its stdin) before answering it; the detail says which, with the exit status. No answer within the
+/// first-output timeout is [`FIRST_OUTPUT_TIMEOUT`] instead.
 pub const CONTROL_INITIALIZE_FAILED: &str = "control_initialize_failed";
 
 /// Detail of a run cancelled with the control protocol's `interrupt` and ended by the agent's own `result`.
@@ -146,6 +146,8 @@ struct Leftovers {
     malformed_lines: u64,
     /// The first of them, bounded.
     first_malformed_line: Option<String>,
+    /// How it exited (`exit code 1`, `killed by signal 9`), once that was seen (AWP agents only).
+    exit: Option<String>,
 }
 
 /// At most this many last stderr lines make a [`failure_reason`].
@@ -412,18 +414,23 @@ impl AgentRunner {
         session_options.child.kill_on_parent_death = true;
         let control = agent.protocol == AgentProtocol::StreamJson && agent.control_protocol;
         session_options.control_protocol = control;
-        let mut session = match AgentSession::spawn(plan, session_options).await {
+        let session = match AgentSession::spawn(plan, session_options).await {
             Ok(session) => session,
             Err(e) => return Err((codes::SPAWN_FAILED.to_owned(), e.cause_code().to_owned())),
         };
-        if control && let Err(e) = session.initialize(CONTROL_INITIALIZE_TIMEOUT).await {
-            session.stop().await;
-            return Err((
-                CONTROL_INITIALIZE_FAILED.to_owned(),
-                format!("{} ({})", e, e.code()),
-            ));
-        }
         Ok(AgentRunner::Awp(Box::new(session)))
+    }
+
+    /// Sends Claude Code's `initialize` control request and waits for its answer, at most `timeout` (`None`:
+    /// until the answer or the agent's exit). Only for a freshly started agent with the control protocol on;
+    /// a no-op otherwise. Cancel-safe while waiting (the caller stops the agent then).
+    async fn initialize(&mut self, timeout: Option<Duration>) -> Result<(), ControlError> {
+        match self {
+            AgentRunner::Awp(session) if session.control_protocol() => {
+                session.initialize(timeout).await.map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// True when the agent speaks Claude Code's control protocol.
@@ -535,14 +542,7 @@ impl AgentRunner {
     /// What the agent left so far, without stopping it (AWP only; see [`reusable`](Self::reusable)).
     fn leftovers(&self) -> Leftovers {
         match self {
-            AgentRunner::Awp(session) => {
-                let d = session.diagnostics();
-                Leftovers {
-                    stderr_tail: d.stderr_tail,
-                    malformed_lines: d.counters.malformed_lines,
-                    first_malformed_line: d.first_malformed_line,
-                }
-            }
+            AgentRunner::Awp(session) => leftovers_of(&session.diagnostics()),
             AgentRunner::Acp(_) => Leftovers::default(),
         }
     }
@@ -552,18 +552,51 @@ impl AgentRunner {
         match self {
             AgentRunner::Awp(mut session) => {
                 session.stop().await;
-                let d = session.diagnostics();
-                Leftovers {
-                    stderr_tail: d.stderr_tail,
-                    malformed_lines: d.counters.malformed_lines,
-                    first_malformed_line: d.first_malformed_line,
-                }
+                leftovers_of(&session.diagnostics())
             }
             AgentRunner::Acp(runner) => Leftovers {
                 stderr_tail: runner.finish().await,
                 ..Leftovers::default()
             },
         }
+    }
+}
+
+fn leftovers_of(d: &agentwire_awp::session::Diagnostics) -> Leftovers {
+    Leftovers {
+        stderr_tail: d.stderr_tail.clone(),
+        malformed_lines: d.counters.malformed_lines,
+        first_malformed_line: d.first_malformed_line.clone(),
+        exit: d.exit.map(|status| status.to_string()),
+    }
+}
+
+/// The code and detail of a run whose agent failed the `initialize` control request with `error`, given what
+/// the stopped agent `left`: no answer in time is the first-output timeout (`secs`, the bound); an exit (or a
+/// closed stdin, which is how an exited agent shows when the request is written) says the exit status; a
+/// refusal quotes the agent.
+fn initialize_failure(error: &ControlError, left: &Leftovers, secs: u64) -> (String, String) {
+    let exit = left.exit.as_deref().unwrap_or("exit status unknown");
+    match error {
+        ControlError::Timeout { .. } => (
+            FIRST_OUTPUT_TIMEOUT.to_owned(),
+            format!("no answer to the `initialize` control request {secs} s after launch"),
+        ),
+        ControlError::Exited { .. } => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!("{error}: {exit} ({})", error.code()),
+        ),
+        ControlError::Write(_) => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!(
+                "the agent exited before reading the `initialize` control request: {exit} ({})",
+                error.code()
+            ),
+        ),
+        _ => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!("{error} ({})", error.code()),
+        ),
     }
 }
 
@@ -781,7 +814,8 @@ impl LiveAgent {
 /// with [`AgentSpec::control_protocol`] on gets an `interrupt` control request and ends the turn with its own
 /// `result` (the stop ladder after [`CONTROL_INTERRUPT_GRACE`] without one); any other agent is stopped with
 /// the stop ladder. With the control protocol on, the agent is `initialize`d right after launch
-/// ([`CONTROL_INITIALIZE_FAILED`] when that fails) and its `can_use_tool` requests are answered with
+/// ([`CONTROL_INITIALIZE_FAILED`] when it refuses or exits, [`FIRST_OUTPUT_TIMEOUT`] without an answer within the
+/// first-output timeout) and its `can_use_tool` requests are answered with
 /// [`TurnOptions::tool_permissions`]. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
 /// SIGKILL to its process group).
 ///
@@ -1010,6 +1044,7 @@ async fn run_turn_inner(
     };
 
     let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
+        let status = RunStatus::Failed;
         let error_reason = failure_reason(
             None,
             None,
@@ -1018,7 +1053,7 @@ async fn run_turn_inner(
             left.first_malformed_line.as_deref(),
         );
         let end = RunEnd {
-            status: RunStatus::Failed,
+            status,
             usage: None,
             error_code: Some(code.to_owned()),
             // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
@@ -1037,7 +1072,7 @@ async fn run_turn_inner(
             thread_id: thread_id.clone(),
             run_id: run_id.clone(),
             session_id,
-            status: RunStatus::Failed,
+            status,
             error_code: Some(code.to_owned()),
             error_detail: Some(detail),
             error_reason,
@@ -1052,7 +1087,18 @@ async fn run_turn_inner(
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let keep = live.is_some();
     let mut spawned = false;
+    // Until the agent's first event: a silent agent speaks another protocol or waits for a login. With the
+    // control protocol on, the `initialize` answer is awaited as long first (the turn is written after it).
+    let first_output_timeout = match agent.protocol {
+        AgentProtocol::Acp => None,
+        _ => match options.first_output_timeout {
+            Some(t) if t.is_zero() => None,
+            Some(t) => Some(t),
+            None => agent.first_output_timeout,
+        },
+    };
     let drive = async {
+        let mut cancel = std::pin::pin!(cancel);
         let mut runner = match kept {
             Some(runner) => runner,
             None => {
@@ -1082,6 +1128,15 @@ async fn run_turn_inner(
             runner.finish().await;
             return Err(e);
         }
+        if spawned {
+            // Claude Code's control protocol: `initialize` before the first turn.
+            if let Err(e) = runner.initialize(first_output_timeout).await {
+                let left = runner.finish().await;
+                let secs = first_output_timeout.map_or(0, |t| t.as_secs());
+                let (code, detail) = initialize_failure(&e, &left, secs);
+                return Ok(Driven::Early(code, detail, left));
+            }
+        }
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
                 runner.finish().await;
@@ -1104,22 +1159,12 @@ async fn run_turn_inner(
             }
             return Ok(Driven::Early(code, detail, left));
         }
-        let mut cancel = std::pin::pin!(cancel);
         let mut cancelled = false;
         // Set while an `interrupt` control request waits for the agent's `result`: the stop ladder's start.
         let mut interrupt_due: Option<tokio::time::Instant> = None;
         let mut interrupted = false;
         let mut outcome: Option<TurnOutcome> = None;
-        // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
-        let mut first_output = match agent.protocol {
-            AgentProtocol::Acp => None,
-            _ => match options.first_output_timeout {
-                Some(t) if t.is_zero() => None,
-                Some(t) => Some(t),
-                None => agent.first_output_timeout,
-            },
-        }
-        .map(|t| (t, tokio::time::Instant::now() + t));
+        let mut first_output = first_output_timeout.map(|t| (t, tokio::time::Instant::now() + t));
         loop {
             let item = if cancelled {
                 tokio::select! {
