@@ -284,3 +284,51 @@ async fn an_agent_waiting_for_a_login_instead_of_answering_initialize_times_out_
         "the agent printed 1 line that is not JSON; first: Please log in"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_before_the_initialize_answer_cancels_the_turn_and_stops_the_agent() {
+    let host = Host::new();
+    let fifo = host.path("initialize.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    // No first-output timeout: only the cancel can end the wait.
+    claude_agent(
+        &host,
+        "cc",
+        "mute-at-initialize",
+        &format!(
+            "control_protocol = true\nfirst_output_timeout_secs = 0\nenv = {{ CLAUDE_FIXTURE_INITIALIZE_FIFO = \"{}\" }}",
+            fifo.display()
+        ),
+    );
+    let mut child = host.spawn(&["chat", "--agent", "cc", "--json", "hi"]);
+    // The agent read the `initialize` request: the host waits for its answer now.
+    let fifo_path = fifo.clone();
+    let said = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo_path))
+        .await
+        .expect("joined")
+        .expect("read the fifo");
+    assert_eq!(said, "initialize\n");
+    let pid = child.id().expect("a running host");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("a pid")).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("send SIGINT");
+    let out = support::collect(&mut child).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let record = out.json();
+    assert_eq!(record["status"], "cancelled", "{record}");
+    assert_eq!(record["error"]["code"], "cancelled", "{record}");
+    assert!(
+        record["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("initialize")),
+        "{record}"
+    );
+    let detail = host.thread(record["thread_id"].as_str().unwrap()).await;
+    assert_eq!(detail["runs"][0]["status"], "cancelled", "{detail}");
+}

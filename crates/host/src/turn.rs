@@ -112,8 +112,12 @@ pub const ABORTED_CODE: &str = "aborted";
 
 /// Code of a run whose stream-json agent refused the host's `initialize` control request or exited (or closed
 /// its stdin) before answering it; the detail says which, with the exit status. No answer within the
-/// first-output timeout is [`FIRST_OUTPUT_TIMEOUT`] instead.
+/// first-output timeout is [`FIRST_OUTPUT_TIMEOUT`] instead; a cancel while waiting is `cancelled`.
 pub const CONTROL_INITIALIZE_FAILED: &str = "control_initialize_failed";
+
+/// Detail of a run cancelled while its agent had not answered the `initialize` control request.
+pub const CANCELLED_AT_INITIALIZE: &str =
+    "cancelled before the agent answered the `initialize` control request";
 
 /// Detail of a run cancelled with the control protocol's `interrupt` and ended by the agent's own `result`.
 pub const INTERRUPTED: &str = "interrupted: the agent ended the turn and stays usable";
@@ -815,7 +819,8 @@ impl LiveAgent {
 /// `result` (the stop ladder after [`CONTROL_INTERRUPT_GRACE`] without one); any other agent is stopped with
 /// the stop ladder. With the control protocol on, the agent is `initialize`d right after launch
 /// ([`CONTROL_INITIALIZE_FAILED`] when it refuses or exits, [`FIRST_OUTPUT_TIMEOUT`] without an answer within the
-/// first-output timeout) and its `can_use_tool` requests are answered with
+/// first-output timeout; a cancel while it waits stops the agent with the stop ladder and records the run
+/// `cancelled` with detail [`CANCELLED_AT_INITIALIZE`]) and its `can_use_tool` requests are answered with
 /// [`TurnOptions::tool_permissions`]. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
 /// SIGKILL to its process group).
 ///
@@ -1044,14 +1049,19 @@ async fn run_turn_inner(
     };
 
     let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
-        let status = RunStatus::Failed;
-        let error_reason = failure_reason(
-            None,
-            None,
-            &left.stderr_tail,
-            left.malformed_lines,
-            left.first_malformed_line.as_deref(),
-        );
+        // A cancel before the turn was written (while the agent was being initialized) is recorded `cancelled`.
+        let status = status_of(code);
+        let error_reason = (status == RunStatus::Failed)
+            .then(|| {
+                failure_reason(
+                    None,
+                    None,
+                    &left.stderr_tail,
+                    left.malformed_lines,
+                    left.first_malformed_line.as_deref(),
+                )
+            })
+            .flatten();
         let end = RunEnd {
             status,
             usage: None,
@@ -1129,12 +1139,28 @@ async fn run_turn_inner(
             return Err(e);
         }
         if spawned {
-            // Claude Code's control protocol: `initialize` before the first turn.
-            if let Err(e) = runner.initialize(first_output_timeout).await {
-                let left = runner.finish().await;
-                let secs = first_output_timeout.map_or(0, |t| t.as_secs());
-                let (code, detail) = initialize_failure(&e, &left, secs);
-                return Ok(Driven::Early(code, detail, left));
+            // Claude Code's control protocol: `initialize` before the first turn; a Ctrl-C while the agent has
+            // not answered stops it at once (nothing to interrupt yet).
+            let initialized = tokio::select! {
+                result = runner.initialize(first_output_timeout) => Some(result),
+                () = &mut cancel => None,
+            };
+            match initialized {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    let left = runner.finish().await;
+                    let secs = first_output_timeout.map_or(0, |t| t.as_secs());
+                    let (code, detail) = initialize_failure(&e, &left, secs);
+                    return Ok(Driven::Early(code, detail, left));
+                }
+                None => {
+                    let left = runner.finish().await;
+                    return Ok(Driven::Early(
+                        codes::CANCELLED.to_owned(),
+                        CANCELLED_AT_INITIALIZE.to_owned(),
+                        left,
+                    ));
+                }
             }
         }
         for event in runner.take_startup_events() {
