@@ -95,6 +95,15 @@ const AGENT_EXITED: &str = "agent_exited";
 /// timeout after the turn was written ([`AgentSpec::first_output_timeout`]).
 pub const FIRST_OUTPUT_TIMEOUT: &str = "agent_first_output_timeout";
 
+/// The first-output timeout of a turn: [`TurnOptions::first_output_timeout`] (zero: off), else the agent's.
+fn first_output_timeout(agent: &AgentSpec, options: &TurnOptions) -> Option<Duration> {
+    match options.first_output_timeout {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t),
+        None => agent.first_output_timeout,
+    }
+}
+
 /// Resolves at `deadline`; never when it is `None`.
 async fn first_output_due(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -1050,8 +1059,7 @@ async fn run_turn_inner(
 
     let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
         // A cancel before the turn was written (while the agent was being initialized) is recorded `cancelled`.
-        let status = status_of(code);
-        let error_reason = (status == RunStatus::Failed)
+        let error_reason = (status_of(code) == RunStatus::Failed)
             .then(|| {
                 failure_reason(
                     None,
@@ -1063,7 +1071,7 @@ async fn run_turn_inner(
             })
             .flatten();
         let end = RunEnd {
-            status,
+            status: status_of(code),
             usage: None,
             error_code: Some(code.to_owned()),
             // Stored: the agent's reason, else the host's own detail, so `threads show` can say why any run failed.
@@ -1082,7 +1090,7 @@ async fn run_turn_inner(
             thread_id: thread_id.clone(),
             run_id: run_id.clone(),
             session_id,
-            status,
+            status: status_of(code),
             error_code: Some(code.to_owned()),
             error_detail: Some(detail),
             error_reason,
@@ -1097,16 +1105,9 @@ async fn run_turn_inner(
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let keep = live.is_some();
     let mut spawned = false;
-    // Until the agent's first event: a silent agent speaks another protocol or waits for a login. With the
-    // control protocol on, the `initialize` answer is awaited as long first (the turn is written after it).
-    let first_output_timeout = match agent.protocol {
-        AgentProtocol::Acp => None,
-        _ => match options.first_output_timeout {
-            Some(t) if t.is_zero() => None,
-            Some(t) => Some(t),
-            None => agent.first_output_timeout,
-        },
-    };
+    // With the control protocol on, the `initialize` answer is awaited as long as the first output (the turn is
+    // written after it): a silent agent speaks another protocol or waits for a login.
+    let initialize_timeout = first_output_timeout(agent, options);
     let drive = async {
         let mut cancel = std::pin::pin!(cancel);
         let mut runner = match kept {
@@ -1142,14 +1143,14 @@ async fn run_turn_inner(
             // Claude Code's control protocol: `initialize` before the first turn; a Ctrl-C while the agent has
             // not answered stops it at once (nothing to interrupt yet).
             let initialized = tokio::select! {
-                result = runner.initialize(first_output_timeout) => Some(result),
+                result = runner.initialize(initialize_timeout) => Some(result),
                 () = &mut cancel => None,
             };
             match initialized {
                 Some(Ok(())) => {}
                 Some(Err(e)) => {
                     let left = runner.finish().await;
-                    let secs = first_output_timeout.map_or(0, |t| t.as_secs());
+                    let secs = initialize_timeout.map_or(0, |t| t.as_secs());
                     let (code, detail) = initialize_failure(&e, &left, secs);
                     return Ok(Driven::Early(code, detail, left));
                 }
@@ -1190,7 +1191,12 @@ async fn run_turn_inner(
         let mut interrupt_due: Option<tokio::time::Instant> = None;
         let mut interrupted = false;
         let mut outcome: Option<TurnOutcome> = None;
-        let mut first_output = first_output_timeout.map(|t| (t, tokio::time::Instant::now() + t));
+        // Until the agent's first event: a silent agent speaks another protocol or waits for a login.
+        let mut first_output = match agent.protocol {
+            AgentProtocol::Acp => None,
+            _ => first_output_timeout(agent, options),
+        }
+        .map(|t| (t, tokio::time::Instant::now() + t));
         loop {
             let item = if cancelled {
                 tokio::select! {
