@@ -159,8 +159,6 @@ struct Leftovers {
     malformed_lines: u64,
     /// The first of them, bounded.
     first_malformed_line: Option<String>,
-    /// How it exited (`exit code 1`, `killed by signal 9`), once that was seen (AWP agents only).
-    exit: Option<String>,
 }
 
 /// At most this many last stderr lines make a [`failure_reason`].
@@ -573,6 +571,19 @@ impl AgentRunner {
             },
         }
     }
+
+    /// [`finish`](Self::finish), also returning how the agent exited (`exit code 1`, `killed by signal 9`; AWP
+    /// agents only).
+    async fn finish_with_exit(self) -> (Leftovers, Option<String>) {
+        match self {
+            AgentRunner::Awp(mut session) => {
+                session.stop().await;
+                let d = session.diagnostics();
+                (leftovers_of(&d), d.exit.map(|status| status.to_string()))
+            }
+            runner => (runner.finish().await, None),
+        }
+    }
 }
 
 fn leftovers_of(d: &agentwire_awp::session::Diagnostics) -> Leftovers {
@@ -580,16 +591,15 @@ fn leftovers_of(d: &agentwire_awp::session::Diagnostics) -> Leftovers {
         stderr_tail: d.stderr_tail.clone(),
         malformed_lines: d.counters.malformed_lines,
         first_malformed_line: d.first_malformed_line.clone(),
-        exit: d.exit.map(|status| status.to_string()),
     }
 }
 
-/// The code and detail of a run whose agent failed the `initialize` control request with `error`, given what
-/// the stopped agent `left`: no answer in time is the first-output timeout (`secs`, the bound); an exit (or a
+/// The code and detail of a run whose agent failed the `initialize` control request with `error`, given how the
+/// stopped agent exited (`exit`): no answer in time is the first-output timeout (`secs`, the bound); an exit (or a
 /// closed stdin, which is how an exited agent shows when the request is written) says the exit status; a
 /// refusal quotes the agent.
-fn initialize_failure(error: &ControlError, left: &Leftovers, secs: u64) -> (String, String) {
-    let exit = left.exit.as_deref().unwrap_or("exit status unknown");
+fn initialize_failure(error: &ControlError, exit: Option<&str>, secs: u64) -> (String, String) {
+    let exit = exit.unwrap_or("exit status unknown");
     match error {
         ControlError::Timeout { .. } => (
             FIRST_OUTPUT_TIMEOUT.to_owned(),
@@ -1149,9 +1159,9 @@ async fn run_turn_inner(
             match initialized {
                 Some(Ok(())) => {}
                 Some(Err(e)) => {
-                    let left = runner.finish().await;
+                    let (left, exit) = runner.finish_with_exit().await;
                     let secs = initialize_timeout.map_or(0, |t| t.as_secs());
-                    let (code, detail) = initialize_failure(&e, &left, secs);
+                    let (code, detail) = initialize_failure(&e, exit.as_deref(), secs);
                     return Ok(Driven::Early(code, detail, left));
                 }
                 None => {
