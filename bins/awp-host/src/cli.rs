@@ -212,8 +212,9 @@ pub struct ChatArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_idle_timeout)]
     pub idle_timeout: Option<Duration>,
     /// Fail the turn (exit 7, agent_first_output_timeout) when an awp-jsonl/stream-json agent prints no protocol
-    /// event this long after its turn was written, or an ACP agent does not answer a setup request
-    /// (initialize, session/new, …) within it (it may speak another protocol or wait for a login): seconds
+    /// event this long after its turn was written, or Claude Code does not answer its `initialize` control
+    /// request, or an ACP agent a setup request (initialize, session/new, …), within it (it may speak another
+    /// protocol or wait for a login): seconds
     /// (`30`) or with a unit (`30s`, `2m`); 0 = off, else from 1s to 1 day [default: the agent's
     /// `first_output_timeout_secs` in agents.toml, else 120s]
     #[arg(long, value_name = "DURATION", value_parser = parse_first_output_timeout)]

@@ -406,7 +406,7 @@ async fn chat(
         (RunStatus::Succeeded, _) => Ok(Exit::Ok),
         (_, code) => {
             let code = code.as_deref().unwrap_or("turn_failed");
-            let mut message = failure_message(code, report.error_detail.as_deref());
+            let mut message = failure_message(code, report.error_detail.as_deref(), agent);
             if let Some(reason) = &report.error_reason {
                 message.push_str(&format!(" — the agent said: {reason}"));
             }

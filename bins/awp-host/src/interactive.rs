@@ -300,7 +300,7 @@ pub async fn run(store: &mut Store, session: Session<'_>) -> Result<Exit, Failur
         };
         eprintln!("{}", status_line(&report));
         if let Some(code) = &report.error_code {
-            let mut message = failure_message(code, report.error_detail.as_deref());
+            let mut message = failure_message(code, report.error_detail.as_deref(), agent);
             if let Some(reason) = &report.error_reason {
                 message.push_str(&format!(" — the agent said: {reason}"));
             }

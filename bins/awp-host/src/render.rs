@@ -5,6 +5,7 @@ use std::io::Write;
 
 use agentwire_awp::NormalizedEvent;
 use agentwire_host::TurnReport;
+use agentwire_host::agents::{AgentSource, AgentSpec};
 use agentwire_host::store::escape_controls;
 use agentwire_host::turn::{tool_result_summary, tool_use_summary};
 use serde_json::{Value, json};
@@ -184,8 +185,8 @@ pub fn status_line(report: &TurnReport) -> String {
     format!("[{}]", parts.join(" · "))
 }
 
-/// The message of a failed run, for `awp-host: error: <message> (<code>)`.
-pub fn failure_message(code: &str, detail: Option<&str>) -> String {
+/// The message of a failed run of `agent`, for `awp-host: error: <message> (<code>)`.
+pub fn failure_message(code: &str, detail: Option<&str>, agent: &AgentSpec) -> String {
     let base = match code {
         "agent_error" => "the agent reported an error",
         "agent_exited_mid_turn" => "the agent exited before finishing the turn",
@@ -193,9 +194,9 @@ pub fn failure_message(code: &str, detail: Option<&str>) -> String {
         "agent_first_output_timeout" => {
             return format!(
                 "the agent printed no protocol output ({}) and was stopped; it may speak another protocol \
-                 (check `protocol` in agents.toml, or run `awp-host check --agent NAME`) or be waiting for a \
-                 login (run it once by hand)",
-                detail.unwrap_or("within its first-output timeout")
+                 ({}) or be waiting for a login (run it once by hand)",
+                detail.unwrap_or("within its first-output timeout"),
+                protocol_hint(agent)
             );
         }
         "stdout_line_too_long" => "the agent wrote a stdout line over the limit; it was stopped",
@@ -211,6 +212,19 @@ pub fn failure_message(code: &str, detail: Option<&str>) -> String {
     match detail {
         Some(d) if !d.is_empty() => format!("{base}: {d}"),
         _ => base.to_owned(),
+    }
+}
+
+/// Where to check the protocol of `agent`: its setting (as configured) and the `check` command that tests it.
+fn protocol_hint(agent: &AgentSpec) -> String {
+    let check = format!("run `awp-host check --agent {}`", agent.name);
+    match agent.source {
+        AgentSource::ConfigFile => format!("check `protocol` in agents.toml, or {check}"),
+        AgentSource::Environment => {
+            format!("check {}, or {check}", agentwire_awp::launch::VAR_PROTOCOL)
+        }
+        // Its protocol is fixed; the check still shows what it prints.
+        _ => check,
     }
 }
 

@@ -183,3 +183,152 @@ async fn an_interrupt_without_a_result_falls_back_to_the_stop_ladder() {
     assert_eq!(record["error"]["code"], "cancelled", "{record}");
     assert!(!record.to_string().contains("interrupted:"), "{record}");
 }
+
+/// `chat --agent cc` in text mode, then `threads show` of its thread: (host output, the `why:` line).
+async fn text_run_and_why(host: &Host) -> (support::Output, String) {
+    let out = host.run(&["chat", "--agent", "cc", "hi"]).await;
+    let list = host.run(&["threads", "list", "--json"]).await.json();
+    let thread = list[0]["id"].as_str().expect("a thread").to_owned();
+    let show = host.run(&["threads", "show", &thread]).await;
+    let why = show
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("why:"))
+        .unwrap_or_else(|| panic!("no why: line in {show:?}"))
+        .trim()
+        .to_owned();
+    (out, why)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_failing_before_answering_initialize_says_why() {
+    for (mode, said) in [
+        // Its stderr, as a CLI refusing its flags says it.
+        ("fail-at-start", "error: unknown option '--bogus'"),
+        // What it printed on stdout that is not JSON.
+        (
+            "login-and-exit",
+            "the agent printed 1 line that is not JSON; first: Invalid API key · Please run /login",
+        ),
+    ] {
+        let host = Host::new();
+        claude_agent(&host, "cc", mode, "control_protocol = true");
+        let out = host.run(&["chat", "--agent", "cc", "--json", "hi"]).await;
+        assert_eq!(out.code, 6, "{mode}: {out:?}");
+        let record = out.json();
+        assert_eq!(
+            record["error"]["code"], "control_initialize_failed",
+            "{record}"
+        );
+        assert_eq!(record["error"]["reason"], said, "{record}");
+        let detail = record["error"]["detail"].as_str().expect("a detail");
+        assert!(detail.contains("exit code 1"), "{record}");
+
+        let (out, why) = text_run_and_why(&host).await;
+        assert_eq!(out.code, 6, "{mode}: {out:?}");
+        assert!(
+            out.stderr.contains(&format!("the agent said: {said}")),
+            "{mode}: {out:?}"
+        );
+        assert!(out.stderr.contains("exit code 1"), "{mode}: {out:?}");
+        assert_eq!(why, format!("why: {said}"), "{mode}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_waiting_for_a_login_instead_of_answering_initialize_times_out_with_the_hint() {
+    let host = Host::new();
+    // The first-output timeout bounds the wait for the `initialize` answer.
+    claude_agent(
+        &host,
+        "cc",
+        "login-and-wait",
+        "control_protocol = true\nfirst_output_timeout_secs = 1",
+    );
+    let (out, why) = text_run_and_why(&host).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    for says in [
+        "(agent_first_output_timeout)",
+        "no answer to the `initialize` control request 1 s after launch",
+        "be waiting for a login",
+        "run `awp-host check --agent cc`",
+        "the agent said: the agent printed 1 line that is not JSON; first: Please log in",
+    ] {
+        assert!(out.stderr.contains(says), "{says}: {out:?}");
+    }
+    assert_eq!(
+        why,
+        "why: the agent printed 1 line that is not JSON; first: Please log in"
+    );
+    // Per call too.
+    claude_agent(&host, "cc", "login-and-wait", "control_protocol = true");
+    let out = host
+        .run(&[
+            "chat",
+            "--agent",
+            "cc",
+            "--first-output-timeout",
+            "1",
+            "--json",
+            "hi",
+        ])
+        .await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let record = out.json();
+    assert_eq!(
+        record["error"]["code"], "agent_first_output_timeout",
+        "{record}"
+    );
+    assert_eq!(
+        record["error"]["reason"],
+        "the agent printed 1 line that is not JSON; first: Please log in"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_before_the_initialize_answer_cancels_the_turn_and_stops_the_agent() {
+    let host = Host::new();
+    let fifo = host.path("initialize.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    // No first-output timeout: only the cancel can end the wait.
+    claude_agent(
+        &host,
+        "cc",
+        "mute-at-initialize",
+        &format!(
+            "control_protocol = true\nfirst_output_timeout_secs = 0\nenv = {{ CLAUDE_FIXTURE_INITIALIZE_FIFO = \"{}\" }}",
+            fifo.display()
+        ),
+    );
+    let mut child = host.spawn(&["chat", "--agent", "cc", "--json", "hi"]);
+    // The agent read the `initialize` request: the host waits for its answer now.
+    let fifo_path = fifo.clone();
+    let said = tokio::task::spawn_blocking(move || std::fs::read_to_string(fifo_path))
+        .await
+        .expect("joined")
+        .expect("read the fifo");
+    assert_eq!(said, "initialize\n");
+    let pid = child.id().expect("a running host");
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("a pid")).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("send SIGINT");
+    let out = support::collect(&mut child).await;
+    assert_eq!(out.code, 7, "{out:?}");
+    let record = out.json();
+    assert_eq!(record["status"], "cancelled", "{record}");
+    assert_eq!(record["error"]["code"], "cancelled", "{record}");
+    assert!(
+        record["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("initialize")),
+        "{record}"
+    );
+    let detail = host.thread(record["thread_id"].as_str().unwrap()).await;
+    assert_eq!(detail["runs"][0]["status"], "cancelled", "{detail}");
+}

@@ -551,9 +551,12 @@ async fn a_silent_agent_fails_at_its_first_output_timeout_naming_the_likely_caus
         "another protocol",
         "login",
         "no protocol event 1 s after the turn was written",
+        // The agent's own name, not a placeholder.
+        "run `awp-host check --agent mute`",
     ] {
         assert!(out.stderr.contains(hint), "{hint}: {out:?}");
     }
+    assert!(!out.stderr.contains("NAME"), "{out:?}");
     let thread = {
         let list = host.run(&["threads", "list", "--json"]).await;
         list.json()[0]["id"].as_str().unwrap().to_owned()

@@ -182,7 +182,9 @@ impl TurnRejected {
 /// Counts of everything the machine tolerated. Diagnostics, never rendered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Lines that are not a JSON object with a string `type` (banners, garbage, bad shapes).
+    /// Lines that are not a JSON object with a string `type` (banners, garbage, bad shapes), also those
+    /// discarded before the first input or between turns (which count in `output_before_input` /
+    /// `output_outside_turn` as well).
     pub malformed_lines: u64,
     /// Events with a `type` this crate does not know (skipped).
     pub unknown_events: u64,
@@ -479,11 +481,12 @@ impl TurnMachine {
             self.control.push_back(message);
             return;
         }
-        if !self.accept_output(now) {
-            return;
-        }
+        // A line that is not protocol is counted (and the first one kept) even when it is discarded: before
+        // the first input it is often all an agent says (a login prompt) before it exits or waits.
+        let accepted = self.accept_output(now);
         match OutputEvent::parse(line) {
-            Ok(event) => self.handle_event(event, now),
+            Ok(event) if accepted => self.handle_event(event, now),
+            Ok(_) => {}
             Err(err) => {
                 tracing::debug!(code = err.code(), "malformed agent stdout line: {err}");
                 self.counters.malformed_lines += 1;
@@ -1504,8 +1507,10 @@ mod tests {
                 c.output_outside_turn,
                 c.malformed_lines
             ),
-            (2, 1, 0)
+            // The banner is not JSON: counted (and kept) as a malformed line too.
+            (2, 1, 1)
         );
+        assert_eq!(m.first_malformed_line(), Some("Welcome banner"));
         assert_eq!(m.session_id().map(SessionId::as_str), Some("s1"));
     }
 

@@ -342,20 +342,22 @@ impl AgentSession {
         control::request_id(self.requests_sent, self.child.id().unwrap_or(0))
     }
 
-    /// Sends `initialize` and waits at most `timeout` for its `control_response` (other control messages read
-    /// meanwhile are kept for [`next_item`](Self::next_item)). Returns the agent's `response` object (its
-    /// commands, models, account…). Call before the first turn.
+    /// Sends `initialize` and waits at most `timeout` (`None`: until an answer or the agent's exit) for its
+    /// `control_response` (other control messages read meanwhile are kept for [`next_item`](Self::next_item)).
+    /// Returns the agent's `response` object (its commands, models, account…). Call before the first turn.
+    /// Cancel-safe once the request was written (dropping the future while it waits loses nothing); what the
+    /// agent printed that was not protocol meanwhile is in [`diagnostics`](Self::diagnostics).
     ///
     /// # Errors
     /// [`ControlError`]: write failure, an error answer, the timeout, or the agent's exit.
     pub async fn initialize(
         &mut self,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<serde_json::Value, ControlError> {
         const SUBTYPE: &str = "initialize";
         let id = self.next_request_id();
         self.write_control(&control::initialize_line(&id)).await?;
-        let deadline = Instant::now() + timeout;
+        let deadline = timeout.map(|t| (t, Instant::now() + t));
         loop {
             while let Some(message) = self.machine.poll_control() {
                 match message {
@@ -371,9 +373,16 @@ impl AgentSession {
             if self.exit.is_some() || self.machine.has_exited() {
                 return Err(ControlError::Exited { subtype: SUBTYPE });
             }
+            let due = async {
+                match deadline {
+                    Some((_, at)) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.wait_and_handle() => {}
-                () = tokio::time::sleep_until(deadline) => {
+                () = due => {
+                    let timeout = deadline.map_or(Duration::ZERO, |(t, _)| t);
                     return Err(ControlError::Timeout { subtype: SUBTYPE, timeout });
                 }
             }
@@ -500,6 +509,16 @@ impl AgentSession {
                 None => break stop.await,
             }
         };
+        // What the agent printed before it exited is still in the pipe when the stop returns first (an agent that
+        // had exited already): feed it, so its diagnostics hold it. Stdout ends at EOF, or with the drain window
+        // after the exit (a grandchild holding the pipe).
+        if let Some(stdout) = self.stdout.as_mut() {
+            while let Some(item) = stdout.next().await {
+                feed(&mut self.reader, &mut self.machine, item);
+            }
+            self.reader.finish(&mut self.machine, now());
+            self.stdout = None;
+        }
         self.exit = Some(outcome.status);
         self.machine.handle_exit(exit_info(outcome.status), now());
         outcome

@@ -39,7 +39,7 @@ async fn initialize_returns_the_answer_and_keeps_other_control_requests_for_next
         r#"echo "{\"type\":\"control_response\",\"response\":{\"subtype\":\"success\",\"request_id\":\"$id\",\"response\":{\"commands\":[]}}}"; "#,
     );
     let mut session = spawn(&script).await;
-    let answer = session.initialize(WAIT).await.expect("initialized");
+    let answer = session.initialize(Some(WAIT)).await.expect("initialized");
     assert_eq!(answer, serde_json::json!({"commands": []}));
     // The request that came first is handed out now, outside any turn.
     match session.next_item().await {
@@ -66,7 +66,7 @@ async fn a_refused_initialize_is_a_typed_error_with_the_agents_words() {
         r#"echo "{\"type\":\"control_response\",\"response\":{\"subtype\":\"error\",\"request_id\":\"$id\",\"error\":\"not logged in\"}}"; "#,
     );
     let mut session = spawn(&script).await;
-    let err = session.initialize(WAIT).await.expect_err("refused");
+    let err = session.initialize(Some(WAIT)).await.expect_err("refused");
     assert_eq!(err.code(), "control_request_refused");
     assert!(err.to_string().contains("not logged in"), "{err}");
     session.stop().await;
@@ -76,7 +76,7 @@ async fn a_refused_initialize_is_a_typed_error_with_the_agents_words() {
 async fn an_unanswered_initialize_times_out_and_an_exit_is_reported() {
     let mut session = spawn("cat >/dev/null").await;
     let err = session
-        .initialize(Duration::from_millis(100))
+        .initialize(Some(Duration::from_millis(100)))
         .await
         .expect_err("no answer");
     assert_eq!(err.code(), "control_timeout");
@@ -84,7 +84,36 @@ async fn an_unanswered_initialize_times_out_and_an_exit_is_reported() {
     session.stop().await;
 
     let mut session = spawn("read -r l; exit 3").await;
-    let err = session.initialize(WAIT).await.expect_err("exited");
+    let err = session.initialize(Some(WAIT)).await.expect_err("exited");
+    assert_eq!(err.code(), "agent_exited");
+    session.stop().await;
+}
+
+#[tokio::test]
+async fn what_an_agent_printed_instead_of_answering_initialize_is_kept() {
+    // A login prompt before the first input, then an exit: the line is a malformed line of the diagnostics
+    // (though discarded as output before input), with the exit status.
+    let mut session = spawn("echo 'Please log in'; read -r l; exit 3").await;
+    let err = session.initialize(Some(WAIT)).await.expect_err("exited");
+    assert_eq!(err.code(), "agent_exited");
+    session.stop().await;
+    let d = session.diagnostics();
+    assert_eq!(d.first_malformed_line.as_deref(), Some("Please log in"));
+    assert_eq!(d.counters.malformed_lines, 1);
+    assert_eq!(d.counters.output_before_input, 1);
+    assert_eq!(d.exit.and_then(|e| e.code), Some(3));
+
+    // An agent that exited before the request was even written: what it printed is still read at the stop.
+    let mut session = spawn("echo 'Invalid API key'; exit 1").await;
+    let _ = session.initialize(Some(WAIT)).await.expect_err("exited");
+    session.stop().await;
+    let d = session.diagnostics();
+    assert_eq!(d.first_malformed_line.as_deref(), Some("Invalid API key"));
+    assert_eq!(d.exit.and_then(|e| e.code), Some(1));
+
+    // Without a bound, the wait ends with the agent's exit.
+    let mut session = spawn("read -r l; exit 4").await;
+    let err = session.initialize(None).await.expect_err("exited");
     assert_eq!(err.code(), "agent_exited");
     session.stop().await;
 }

@@ -130,7 +130,8 @@ pub struct AgentSpec {
     /// with `stdout_line_too_long`, naming this setting.
     pub max_line_bytes: usize,
     /// How long an `awp-jsonl`/`stream-json` agent may stay silent after its turn was written before the turn
-    /// fails with `agent_first_output_timeout` (a wrong protocol, a login prompt). Default
+    /// fails with `agent_first_output_timeout` (a wrong protocol, a login prompt); with [`Self::control_protocol`]
+    /// on it bounds the wait for the `initialize` answer too (the same error). Default
     /// [`DEFAULT_FIRST_OUTPUT_TIMEOUT`]; `agents.toml` key `first_output_timeout_secs` (0 = `None`, off; at most
     /// [`MAX_FIRST_OUTPUT_TIMEOUT_SECS`]). ACP agents: unused (their `initialize` answer is timed instead).
     pub first_output_timeout: Option<Duration>,
@@ -140,7 +141,7 @@ pub struct AgentSpec {
     /// `awp-jsonl` and ACP agents.
     pub include_partial_messages: bool,
     /// `stream-json` agents only: speak Claude Code's control protocol (`agentwire_awp::control`): send
-    /// `initialize` after launch and wait for its answer (at most [`CONTROL_INITIALIZE_TIMEOUT`]), `interrupt`
+    /// `initialize` after launch and wait for its answer (at most the first-output timeout), `interrupt`
     /// on the first Ctrl-C, and launch with `--permission-prompt-tool stdio` so tool permissions are asked of the
     /// host (`can_use_tool`). Default: on for a `stream-json` agent whose executable's file name is `claude`,
     /// off otherwise; `agents.toml` key `control_protocol` (an error on agents of other protocols).
@@ -150,10 +151,6 @@ pub struct AgentSpec {
     /// configured once, in the host. `agents.toml` key `provider`; default `None`.
     pub provider: Option<String>,
 }
-
-/// How long the host waits for the answer to its `initialize` control request: 60 s (the Python SDK's default
-/// `initialize_timeout`).
-pub const CONTROL_INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long after an `interrupt` control request the host waits for the agent's `result` before it falls back
 /// to the stop ladder: 10 s.

@@ -11,15 +11,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use agentwire_awp::control::{self, ControlMessage};
+use agentwire_awp::session::ControlError;
 use agentwire_awp::{
     AgentSession, ContentBlock, LaunchPlan, NormalizedEvent, SessionId, SessionItem,
     SessionOptions, TurnOutcome, TurnStatus, Usage, codes,
 };
 
 use crate::acp_turn::{AcpPermissions, AcpRunner, SESSION_NOT_RESUMED};
-use crate::agents::{
-    AgentProtocol, AgentSpec, CONTROL_INITIALIZE_TIMEOUT, CONTROL_INTERRUPT_GRACE,
-};
+use crate::agents::{AgentProtocol, AgentSpec, CONTROL_INTERRUPT_GRACE};
 use crate::attachments::Attachment;
 use crate::ids::{RunId, ThreadId};
 use crate::store::{
@@ -120,9 +119,14 @@ pub const ABORTED: &str = "the agent's process group was killed";
 /// [`RunStatus::Cancelled`].
 pub const ABORTED_CODE: &str = "aborted";
 
-/// Code of a run whose stream-json agent did not answer the host's `initialize` control request (an error answer,
-/// no answer within [`CONTROL_INITIALIZE_TIMEOUT`], or an exit first); the detail says which.
+/// Code of a run whose stream-json agent refused the host's `initialize` control request or exited (or closed
+/// its stdin) before answering it; the detail says which, with the exit status. No answer within the
+/// first-output timeout is [`FIRST_OUTPUT_TIMEOUT`] instead; a cancel while waiting is `cancelled`.
 pub const CONTROL_INITIALIZE_FAILED: &str = "control_initialize_failed";
+
+/// Detail of a run cancelled while its agent had not answered the `initialize` control request.
+pub const CANCELLED_AT_INITIALIZE: &str =
+    "cancelled before the agent answered the `initialize` control request";
 
 /// Detail of a run cancelled with the control protocol's `interrupt` and ended by the agent's own `result`.
 pub const INTERRUPTED: &str = "interrupted: the agent ended the turn and stays usable";
@@ -434,7 +438,7 @@ impl AgentRunner {
         session_options.child.kill_on_parent_death = true;
         let control = agent.protocol == AgentProtocol::StreamJson && agent.control_protocol;
         session_options.control_protocol = control;
-        let mut session = match AgentSession::spawn(plan, session_options).await {
+        let session = match AgentSession::spawn(plan, session_options).await {
             Ok(session) => session,
             Err(e) => {
                 return Err(early((
@@ -443,14 +447,19 @@ impl AgentRunner {
                 )));
             }
         };
-        if control && let Err(e) = session.initialize(CONTROL_INITIALIZE_TIMEOUT).await {
-            session.stop().await;
-            return Err(early((
-                CONTROL_INITIALIZE_FAILED.to_owned(),
-                format!("{} ({})", e, e.code()),
-            )));
-        }
         Ok(AgentRunner::Awp(Box::new(session)))
+    }
+
+    /// Sends Claude Code's `initialize` control request and waits for its answer, at most `timeout` (`None`:
+    /// until the answer or the agent's exit). Only for a freshly started agent with the control protocol on;
+    /// a no-op otherwise. Cancel-safe while waiting (the caller stops the agent then).
+    async fn initialize(&mut self, timeout: Option<Duration>) -> Result<(), ControlError> {
+        match self {
+            AgentRunner::Awp(session) if session.control_protocol() => {
+                session.initialize(timeout).await.map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// True when the agent speaks Claude Code's control protocol.
@@ -562,14 +571,7 @@ impl AgentRunner {
     /// What the agent left so far, without stopping it (AWP only; see [`reusable`](Self::reusable)).
     fn leftovers(&self) -> Leftovers {
         match self {
-            AgentRunner::Awp(session) => {
-                let d = session.diagnostics();
-                Leftovers {
-                    stderr_tail: d.stderr_tail,
-                    malformed_lines: d.counters.malformed_lines,
-                    first_malformed_line: d.first_malformed_line,
-                }
-            }
+            AgentRunner::Awp(session) => leftovers_of(&session.diagnostics()),
             AgentRunner::Acp(_) => Leftovers::default(),
         }
     }
@@ -579,18 +581,63 @@ impl AgentRunner {
         match self {
             AgentRunner::Awp(mut session) => {
                 session.stop().await;
-                let d = session.diagnostics();
-                Leftovers {
-                    stderr_tail: d.stderr_tail,
-                    malformed_lines: d.counters.malformed_lines,
-                    first_malformed_line: d.first_malformed_line,
-                }
+                leftovers_of(&session.diagnostics())
             }
             AgentRunner::Acp(runner) => Leftovers {
                 stderr_tail: runner.finish().await,
                 ..Leftovers::default()
             },
         }
+    }
+
+    /// [`finish`](Self::finish), also returning how the agent exited (`exit code 1`, `killed by signal 9`; AWP
+    /// agents only).
+    async fn finish_with_exit(self) -> (Leftovers, Option<String>) {
+        match self {
+            AgentRunner::Awp(mut session) => {
+                session.stop().await;
+                let d = session.diagnostics();
+                (leftovers_of(&d), d.exit.map(|status| status.to_string()))
+            }
+            runner => (runner.finish().await, None),
+        }
+    }
+}
+
+fn leftovers_of(d: &agentwire_awp::session::Diagnostics) -> Leftovers {
+    Leftovers {
+        stderr_tail: d.stderr_tail.clone(),
+        malformed_lines: d.counters.malformed_lines,
+        first_malformed_line: d.first_malformed_line.clone(),
+    }
+}
+
+/// The code and detail of a run whose agent failed the `initialize` control request with `error`, given how the
+/// stopped agent exited (`exit`): no answer in time is the first-output timeout (`secs`, the bound); an exit (or a
+/// closed stdin, which is how an exited agent shows when the request is written) says the exit status; a
+/// refusal quotes the agent.
+fn initialize_failure(error: &ControlError, exit: Option<&str>, secs: u64) -> (String, String) {
+    let exit = exit.unwrap_or("exit status unknown");
+    match error {
+        ControlError::Timeout { .. } => (
+            FIRST_OUTPUT_TIMEOUT.to_owned(),
+            format!("no answer to the `initialize` control request {secs} s after launch"),
+        ),
+        ControlError::Exited { .. } => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!("{error}: {exit} ({})", error.code()),
+        ),
+        ControlError::Write(_) => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!(
+                "the agent exited before reading the `initialize` control request: {exit} ({})",
+                error.code()
+            ),
+        ),
+        _ => (
+            CONTROL_INITIALIZE_FAILED.to_owned(),
+            format!("{error} ({})", error.code()),
+        ),
     }
 }
 
@@ -808,7 +855,9 @@ impl LiveAgent {
 /// with [`AgentSpec::control_protocol`] on gets an `interrupt` control request and ends the turn with its own
 /// `result` (the stop ladder after [`CONTROL_INTERRUPT_GRACE`] without one); any other agent is stopped with
 /// the stop ladder. With the control protocol on, the agent is `initialize`d right after launch
-/// ([`CONTROL_INITIALIZE_FAILED`] when that fails) and its `can_use_tool` requests are answered with
+/// ([`CONTROL_INITIALIZE_FAILED`] when it refuses or exits, [`FIRST_OUTPUT_TIMEOUT`] without an answer within the
+/// first-output timeout; a cancel while it waits stops the agent with the stop ladder and records the run
+/// `cancelled` with detail [`CANCELLED_AT_INITIALIZE`]) and its `can_use_tool` requests are answered with
 /// [`TurnOptions::tool_permissions`]. After the turn the agent process is stopped (stdin EOF → grace → SIGTERM →
 /// SIGKILL to its process group).
 ///
@@ -1037,13 +1086,18 @@ async fn run_turn_inner(
     };
 
     let fail_early = |recorder: Recorder<'_>, code: &str, detail: String, left: Leftovers| {
-        let error_reason = failure_reason(
-            None,
-            None,
-            &left.stderr_tail,
-            left.malformed_lines,
-            left.first_malformed_line.as_deref(),
-        );
+        // A cancel before the turn was written (while the agent was being initialized) is recorded `cancelled`.
+        let error_reason = (status_of(code) == RunStatus::Failed)
+            .then(|| {
+                failure_reason(
+                    None,
+                    None,
+                    &left.stderr_tail,
+                    left.malformed_lines,
+                    left.first_malformed_line.as_deref(),
+                )
+            })
+            .flatten();
         let end = RunEnd {
             status: status_of(code),
             usage: None,
@@ -1079,6 +1133,9 @@ async fn run_turn_inner(
     let blocks = turn_blocks(&request.prompt, &request.attachments);
     let keep = live.is_some();
     let mut spawned = false;
+    // With the control protocol on, the `initialize` answer is awaited as long as the first output (the turn is
+    // written after it): a silent agent speaks another protocol or waits for a login.
+    let initialize_timeout = first_output_timeout(agent, options);
     let drive = async {
         let mut cancel = std::pin::pin!(cancel);
         let mut runner = match kept {
@@ -1110,6 +1167,31 @@ async fn run_turn_inner(
         {
             runner.finish().await;
             return Err(e);
+        }
+        if spawned {
+            // Claude Code's control protocol: `initialize` before the first turn; a Ctrl-C while the agent has
+            // not answered stops it at once (nothing to interrupt yet).
+            let initialized = tokio::select! {
+                result = runner.initialize(initialize_timeout) => Some(result),
+                () = &mut cancel => None,
+            };
+            match initialized {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    let (left, exit) = runner.finish_with_exit().await;
+                    let secs = initialize_timeout.map_or(0, |t| t.as_secs());
+                    let (code, detail) = initialize_failure(&e, exit.as_deref(), secs);
+                    return Ok(Driven::Early(code, detail, left));
+                }
+                None => {
+                    let left = runner.finish().await;
+                    return Ok(Driven::Early(
+                        codes::CANCELLED.to_owned(),
+                        CANCELLED_AT_INITIALIZE.to_owned(),
+                        left,
+                    ));
+                }
+            }
         }
         for event in runner.take_startup_events() {
             if let Err(e) = recorder.record(&event) {
