@@ -108,6 +108,7 @@ pub async fn serve(
     // `unavailable`, and which one the waiting `deepchat` saw would be a race.
     let renderers_stop = CancellationToken::new();
     let mut background = tokio::task::JoinSet::new();
+    let mut approver_socket = None;
     if let Some(path) = &args.approvals_socket {
         let socket = ApproverSocket::bind(path)
             .await
@@ -117,7 +118,9 @@ pub async fn serve(
             path.display(),
             socket.token_path().display()
         );
-        background.spawn(socket.serve(plane.approvals().clone(), renderers_stop.clone()));
+        approver_socket = Some(tokio::spawn(
+            socket.serve(plane.approvals().clone(), renderers_stop.clone()),
+        ));
     }
     let console = match args.console.as_str() {
         "on" => true,
@@ -167,6 +170,10 @@ pub async fn serve(
     server.shutdown().await;
     plane.shutdown(RUN_SHUTDOWN_GRACE).await;
     renderers_stop.cancel();
+    if let Some(socket) = approver_socket {
+        // It removes its socket file and token file on its way out; give it that, not an abort.
+        let _ = tokio::time::timeout(Duration::from_secs(5), socket).await;
+    }
     background.shutdown().await;
     eprintln!("awp-host: serve stopped");
     Ok(Exit::Ok)
