@@ -870,3 +870,44 @@ async fn uploads_are_transcribed_and_bounded() {
         .expect_err("agent upload");
     assert_eq!(refused.code(), ErrorCode::PermissionDenied);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latencies_count_from_acceptance_and_include_the_queue_wait() {
+    use agentwire_host::control::admission::{ComputeDomain, ComputeRequest};
+    use agentwire_local_control::caller::Caller;
+    let host = host(agentwire_provider::Limits::default()).await;
+    let admission = host.plane.compute_admission();
+    // Fill every general slot so the invocation queues (a request that would queue is dropped at once).
+    let mut held = Vec::new();
+    loop {
+        let caller = Caller::human(format!("holder-{}", held.len()));
+        let request = ComputeRequest::new("test.hold", ComputeDomain::General, &caller);
+        match tokio::time::timeout(Duration::from_millis(0), admission.admit(request)).await {
+            Ok(permit) => held.push(permit.expect("a free slot")),
+            Err(_) => break,
+        }
+    }
+    assert!(admission.queued(ComputeDomain::General) == 0 && !held.is_empty());
+    let human = host.human.clone();
+    let invocation = tokio::spawn(async move {
+        stream(&human, "models.invoke", hello("builtin", "builtin-demo")).await
+    });
+    while admission.queued(ComputeDomain::General) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Not synchronization: the request is known to be queued; this only makes its wait measurable.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(held);
+    let (_, outcome) = invocation.await.expect("join");
+    let result = outcome.expect("invoke");
+    let latency = &result["latency"];
+    let queue = latency["queueMs"].as_u64().expect("queueMs");
+    assert!(queue >= 50, "{latency}");
+    for field in ["firstEventMs", "firstTextMs", "totalMs"] {
+        assert!(
+            latency[field].as_u64().expect(field) >= queue,
+            "{field} counts from acceptance: {latency}"
+        );
+    }
+    assert_eq!(result["benchmark"]["latency"], *latency);
+}

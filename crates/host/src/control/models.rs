@@ -107,6 +107,15 @@ fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// When the host accepted the request (before any wait in the compute queue) and that wait in milliseconds:
+/// `firstEventMs`, `firstTextMs` and `totalMs` count from the former, so they include `queueMs` (spec: queue
+/// duration plus request-relative latencies; a request admitted without a permit counts from now).
+fn accepted(grant: &Grant) -> (Instant, u64) {
+    grant
+        .compute_permit()
+        .map_or_else(|| (Instant::now(), 0), |p| (p.accepted_at(), p.queue_ms()))
+}
+
 fn cancelled() -> ErrorBody {
     error(ErrorCode::Cancelled, "compute request was cancelled").retriable(true)
 }
@@ -511,11 +520,10 @@ pub(super) async fn stream(
     request: RequestEnvelope,
     sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
     match grant.method {
         Invoke::NAME => {
             let p = params::<Invoke>(request.params)?;
-            invoke(plane, ctx, p, queue_ms, sink).await
+            invoke(plane, ctx, p, accepted(grant), sink).await
         }
         ImagesGenerate::NAME | SpeechGenerate::NAME | VideosGenerate::NAME => {
             generate(plane, ctx, grant, &request, sink).await
@@ -554,10 +562,9 @@ async fn invoke(
     plane: &ControlPlane,
     ctx: &RequestContext,
     p: wire::InvokeParams,
-    queue_ms: u64,
+    (started, queue_ms): (Instant, u64),
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
     let requested = RequestedModel {
         provider_id: p.provider_id.clone(),
         model_id: p.model_id.clone(),
@@ -860,8 +867,7 @@ async fn generate(
     request: &RequestEnvelope,
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    let (started, queue_ms) = accepted(grant);
     let method = grant.method;
     let (called, requested, kind, settings, input_bytes) = match method {
         ImagesGenerate::NAME => {
@@ -1118,8 +1124,7 @@ async fn transcribe(
     requested: RequestedModel,
     input: AudioInput,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    let (started, queue_ms) = accepted(grant);
     let target = resolve(plane, &requested, ModelKind::Transcription)?;
     let input_bytes = input.audio.len() as u64;
     let request = TranscriptionRequest {
