@@ -911,3 +911,37 @@ async fn latencies_count_from_acceptance_and_include_the_queue_wait() {
     }
     assert_eq!(result["benchmark"]["latency"], *latency);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_finish_completes_as_tool_use_and_a_filtered_answer_fails_without_a_stop() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    // No tools are offered, so a `tool_calls` finish called nothing: the answer completes as `tool_use`.
+    server.set_finish_reason(Some("tool_calls"));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    let result = outcome.expect("a tool_calls finish completes");
+    assert_eq!(result["finishReason"], "tool_use");
+    assert_eq!(result["text"], CHAT_DELTAS.concat().as_str());
+    assert_eq!(result["benchmark"]["finishReason"], "tool_use");
+    let stops: Vec<&Value> = records
+        .iter()
+        .filter(|r| r.data["type"] == "stop")
+        .map(|r| &r.data)
+        .collect();
+    assert_eq!(stops, [&json!({"type":"stop","reason":"tool_use"})]);
+    // A filtered answer fails, and no stop record came before the error.
+    server.set_finish_reason(Some("content_filter"));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    outcome.expect_err("a filtered answer fails");
+    assert!(
+        records.iter().all(|r| r.data["type"] != "stop"),
+        "{records:?}"
+    );
+    assert!(
+        !records.is_empty(),
+        "the text before the finish was streamed"
+    );
+}

@@ -682,6 +682,14 @@ async fn invoke(
                     "content_filter" => FinishReason::Error,
                     _ => FinishReason::Complete,
                 };
+                // A refused answer fails here, before any stop record; a tool-call finish (no tools were
+                // offered, so nothing was called) completes with `tool_use` like any other finish.
+                if reason == FinishReason::Error {
+                    return Err(provider_failure(
+                        &ProviderError::BadResponse,
+                        "model invocation",
+                    ));
+                }
                 if finish.is_none() {
                     finish = Some(reason);
                     emit(
@@ -701,21 +709,6 @@ async fn invoke(
         }
     }
     let finish_reason = finish.unwrap_or(FinishReason::Complete);
-    match finish_reason {
-        FinishReason::ToolUse => {
-            return Err(error(
-                ErrorCode::Conflict,
-                "raw model invocation returned an unsupported event",
-            ));
-        }
-        FinishReason::Error => {
-            return Err(provider_failure(
-                &ProviderError::BadResponse,
-                "model invocation",
-            ));
-        }
-        _ => {}
-    }
     let latency = InvokeLatency {
         queue_ms,
         first_event_ms,
