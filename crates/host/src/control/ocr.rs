@@ -488,12 +488,25 @@ impl OcrService {
             engine: engine_info.map(|e| wire_engine(&e, OcrBackend::Auto)),
         };
         drop(state);
+        let missing: Vec<String> = [
+            ("pdfinfo", &self.config.pdfinfo),
+            ("pdftoppm", &self.config.pdftoppm),
+        ]
+        .into_iter()
+        .filter(|(_, program)| find_executable(program).is_none())
+        .map(|(name, _)| name.to_owned())
+        .collect();
+        let pdf = wire::PdfSupport {
+            available: missing.is_empty() && matches!(availability, Availability::Available { .. }),
+            missing,
+        };
         wire::RuntimeStatus {
             platform: std::env::consts::OS.to_owned(),
             arch: std::env::consts::ARCH.to_owned(),
             availability,
             process: Some(process),
             cache: Some(self.cache_status()),
+            pdf: Some(pdf),
         }
     }
 
