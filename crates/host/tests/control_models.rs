@@ -945,3 +945,70 @@ async fn a_tool_calls_finish_completes_as_tool_use_and_a_filtered_answer_fails_w
         "the text before the finish was streamed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_methods_refuse_a_model_configured_as_another_kind_and_capabilities_follow_the_config()
+ {
+    use agentwire_local_control::contract::model_config::PublicModelConfigInput;
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    let config = |value: Value| -> PublicModelConfigInput {
+        serde_json::from_value(value).expect("config input")
+    };
+    {
+        let mut registry = ProviderRegistry::open(&host.data).expect("registry");
+        let image = json!({"maxTokens": 100, "contextLength": 200, "vision": false,
+                           "functionCall": false, "reasoning": false, "type": "imageGeneration"});
+        registry
+            .set_model_config(&provider, "test-speech", config(image))
+            .expect("config");
+        let embedding = json!({"maxTokens": 100, "contextLength": 200, "vision": false,
+                               "functionCall": false, "reasoning": false, "type": "embedding"});
+        registry
+            .set_model_config(&provider, "test-video", config(embedding))
+            .expect("config");
+        let chat = json!({"maxTokens": 100, "contextLength": 200, "vision": true,
+                          "functionCall": true, "reasoning": false, "type": "chat"});
+        registry
+            .set_model_config(&provider, "test-chat", config(chat))
+            .expect("config");
+    }
+    let requests_before = server.requests().len();
+    for (method, params) in [
+        (
+            "speech.generate",
+            json!({"providerId":provider,"modelId":"test-speech","text":"hi"}),
+        ),
+        (
+            "videos.generate",
+            json!({"providerId":provider,"modelId":"test-video","prompt":"a cat"}),
+        ),
+    ] {
+        let (records, outcome) = stream(&host.human, method, params).await;
+        let error = remote(outcome.expect_err("another kind"));
+        assert_eq!(error.code, ErrorCode::Conflict, "{method}: {error:?}");
+        assert!(records.is_empty());
+    }
+    assert_eq!(
+        server.requests().len(),
+        requests_before,
+        "nothing reached the provider"
+    );
+    let caps = host
+        .human
+        .rpc(
+            &RequestEnvelope::new(
+                "c",
+                "models.getCapabilities",
+                json!({"providerId": provider, "modelId": "test-chat"}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect("capabilities");
+    let caps = &caps["capabilities"];
+    assert_eq!(caps["reasoning"], false, "{caps}");
+    assert_eq!(caps["functionCall"], true, "{caps}");
+    assert_eq!(caps["vision"], true, "{caps}");
+}

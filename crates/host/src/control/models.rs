@@ -295,9 +295,9 @@ fn builtin_model_for(kind: ModelKind) -> Option<&'static str> {
 /// `builtin`, an absent model with it is the built-in model of `kind` (absent with another provider is
 /// `invalid_request`; the contract refuses it first).
 ///
-/// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models only where the registry's
-/// model types can say (chat and image generation): their speech, transcription and video models are taken as
-/// named.
+/// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models against their configured
+/// type where it can say (chat and image generation); speech, transcription and video calls take a `chat`-typed
+/// custom model as named (the type has no such kinds) and refuse an `imageGeneration`, `embedding` or `rerank` one.
 fn resolve(
     plane: &ControlPlane,
     requested: &RequestedModel,
@@ -328,8 +328,18 @@ fn resolve(
             return Err(not_for(kind));
         }
     } else {
-        let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
-        if checkable && kind_of(resolved.config.model_type) != kind {
+        // DeepChat's `ModelType` (chat, embedding, rerank, imageGeneration) cannot say speech, transcription or
+        // video, so a custom model of those kinds keeps the default `chat` type: those methods take a `chat`
+        // model as named and refuse only a type that is certainly another kind.
+        let configured = kind_of(resolved.config.model_type);
+        let refused = match kind {
+            ModelKind::Chat | ModelKind::ImageGeneration => configured != kind,
+            ModelKind::Speech | ModelKind::Transcription | ModelKind::VideoGeneration => {
+                configured != ModelKind::Chat
+            }
+            ModelKind::Embedding | ModelKind::Rerank => configured != kind,
+        };
+        if refused {
             return Err(not_for(kind));
         }
     }
@@ -503,10 +513,12 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         capabilities: Capabilities {
             kind: Some(kind),
             streaming: kind == ModelKind::Chat,
-            // The built-in provider never reasons; an OpenAI-compatible one may send `reasoning_content`.
-            reasoning: kind == ModelKind::Chat && !builtin,
-            vision: false,
-            function_call: false,
+            // The built-in provider never reasons, sees or calls functions; a custom model's flags are its
+            // config's (the same `reasoning`/`vision`/`functionCall` that `models.getPublicConfig` and
+            // `providers.listPublic` show), for a chat model only.
+            reasoning: kind == ModelKind::Chat && !builtin && model.config.reasoning,
+            vision: kind == ModelKind::Chat && !builtin && model.config.vision,
+            function_call: kind == ModelKind::Chat && !builtin && model.config.function_call,
             methods: methods.iter().map(|m| (*m).to_owned()).collect(),
         },
     })
