@@ -1011,4 +1011,28 @@ async fn media_methods_refuse_a_model_configured_as_another_kind_and_capabilitie
     assert_eq!(caps["reasoning"], false, "{caps}");
     assert_eq!(caps["functionCall"], true, "{caps}");
     assert_eq!(caps["vision"], true, "{caps}");
+    // Built-in media models take no tools, in their config and in their capabilities alike.
+    for model in [
+        "builtin-speech",
+        "builtin-transcribe",
+        "builtin-video",
+        "builtin-image",
+    ] {
+        let caps = host
+            .human
+            .rpc(
+                &RequestEnvelope::new(
+                    "c",
+                    "models.getCapabilities",
+                    json!({"providerId": "builtin", "modelId": model}),
+                ),
+                WAIT,
+            )
+            .await
+            .expect("capabilities");
+        assert_eq!(caps["capabilities"]["functionCall"], false, "{caps}");
+        let registry = ProviderRegistry::open(&host.data).expect("registry");
+        let config = registry.model("builtin", model).expect("model").config;
+        assert!(!config.function_call, "{model}");
+    }
 }

@@ -498,7 +498,6 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         false => None,
     }
     .unwrap_or_else(|| kind_of(model.config.model_type));
-    let builtin = p.provider_id == BUILTIN_PROVIDER_ID;
     let methods: &[&str] = match kind {
         ModelKind::Chat => &[Invoke::NAME],
         ModelKind::ImageGeneration => &[ImagesGenerate::NAME],
@@ -513,12 +512,11 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         capabilities: Capabilities {
             kind: Some(kind),
             streaming: kind == ModelKind::Chat,
-            // The built-in provider never reasons, sees or calls functions; a custom model's flags are its
-            // config's (the same `reasoning`/`vision`/`functionCall` that `models.getPublicConfig` and
-            // `providers.listPublic` show), for a chat model only.
-            reasoning: kind == ModelKind::Chat && !builtin && model.config.reasoning,
-            vision: kind == ModelKind::Chat && !builtin && model.config.vision,
-            function_call: kind == ModelKind::Chat && !builtin && model.config.function_call,
+            // The model's config's flags (the same `reasoning`/`vision`/`functionCall` that
+            // `models.getPublicConfig` and `providers.listPublic` show), for a chat model only.
+            reasoning: kind == ModelKind::Chat && model.config.reasoning,
+            vision: kind == ModelKind::Chat && model.config.vision,
+            function_call: kind == ModelKind::Chat && model.config.function_call,
             methods: methods.iter().map(|m| (*m).to_owned()).collect(),
         },
     })
