@@ -277,6 +277,55 @@ async fn without_tesseract_on_path_status_says_so_and_extract_is_unavailable() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_poppler_on_path_status_says_pdfs_are_unavailable_and_images_still_work() {
+    let host = Host::new();
+    host.agents_toml("");
+    let only_tesseract = host.path("tesseract-only");
+    std::fs::create_dir_all(&only_tesseract).expect("dir");
+    let tesseract = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|dir| dir.join("tesseract"))
+        .find(|candidate| candidate.is_file())
+        .expect("tesseract on PATH");
+    std::os::unix::fs::symlink(&tesseract, only_tesseract.join("tesseract")).expect("symlink");
+    let path = only_tesseract.display().to_string();
+    let server = serve(&host, &[("PATH", path.as_str())]).await;
+
+    let status = ok_result(&deepchat(&host, &["ocr", "status", "--json"], &[]).await);
+    assert_eq!(status["availability"]["status"], "available");
+    assert_eq!(
+        status["pdf"],
+        json!({"available": false, "missing": ["pdfinfo", "pdftoppm"]})
+    );
+    let text = deepchat(&host, &["ocr", "status"], &[]).await;
+    assert!(
+        text.stdout
+            .contains("PDF: unavailable (missing pdfinfo, pdftoppm)"),
+        "{text:?}"
+    );
+
+    let png = write(
+        &host,
+        "line.png",
+        &text_image::png(&text_image::render(&[LINE], 5)),
+    );
+    let image =
+        ok_result(&deepchat(&host, &["ocr", "extract", "--file", &png, "--json"], &[]).await);
+    assert!(
+        image["text"].as_str().unwrap_or_default().contains(LINE),
+        "{image}"
+    );
+    stop(server).await;
+
+    // With poppler on PATH the same status says PDFs are available.
+    let host = Host::new();
+    host.agents_toml("");
+    let server = serve(&host, &[]).await;
+    let status = ok_result(&deepchat(&host, &["ocr", "status", "--json"], &[]).await);
+    assert_eq!(status["pdf"], json!({"available": true, "missing": []}));
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_ocr_flags_choose_the_engine_and_its_language() {
     let host = Host::new();
     host.agents_toml("");

@@ -174,6 +174,23 @@ pub(crate) fn render(method: &str, result: &Value) -> Option<String> {
                 let _ = write!(out, " ({reason})");
             }
             out.push('\n');
+            if let Some(pdf) = result.get("pdf").filter(|p| p.is_object()) {
+                if pdf["available"] == true {
+                    out.push_str("PDF: available\n");
+                } else {
+                    let missing: Vec<&str> = pdf["missing"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .collect();
+                    if missing.is_empty() {
+                        out.push_str("PDF: unavailable\n");
+                    } else {
+                        let _ = writeln!(out, "PDF: unavailable (missing {})", missing.join(", "));
+                    }
+                }
+            }
             let process = &result["process"];
             if process.is_object() {
                 let _ = writeln!(out, "Runtime: {}", s(process, "state"));

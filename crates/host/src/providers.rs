@@ -510,7 +510,9 @@ impl ProviderRegistry {
         .map_err(db("seeding the built-in provider"))?;
         for (model, model_type) in BUILTIN_MODELS {
             let mut config = default_config(*model_type);
-            config.function_call = true;
+            // Only the demo chat model takes tools; the media models' flags stay off (their `type` reads `chat`
+            // where DeepChat's ModelType has no kind for them).
+            config.function_call = *model == agentwire_provider::BUILTIN_MODEL;
             tx.execute(
                 "INSERT OR IGNORE INTO provider_models (provider_id, model_id, name, enabled, custom,
                  default_config, user_config, created_at_ms) VALUES (?1, ?2, ?2, 1, 0, ?3, NULL, ?4)",

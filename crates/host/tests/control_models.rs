@@ -870,3 +870,169 @@ async fn uploads_are_transcribed_and_bounded() {
         .expect_err("agent upload");
     assert_eq!(refused.code(), ErrorCode::PermissionDenied);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latencies_count_from_acceptance_and_include_the_queue_wait() {
+    use agentwire_host::control::admission::{ComputeDomain, ComputeRequest};
+    use agentwire_local_control::caller::Caller;
+    let host = host(agentwire_provider::Limits::default()).await;
+    let admission = host.plane.compute_admission();
+    // Fill every general slot so the invocation queues (a request that would queue is dropped at once).
+    let mut held = Vec::new();
+    loop {
+        let caller = Caller::human(format!("holder-{}", held.len()));
+        let request = ComputeRequest::new("test.hold", ComputeDomain::General, &caller);
+        match tokio::time::timeout(Duration::from_millis(0), admission.admit(request)).await {
+            Ok(permit) => held.push(permit.expect("a free slot")),
+            Err(_) => break,
+        }
+    }
+    assert!(admission.queued(ComputeDomain::General) == 0 && !held.is_empty());
+    let human = host.human.clone();
+    let invocation = tokio::spawn(async move {
+        stream(&human, "models.invoke", hello("builtin", "builtin-demo")).await
+    });
+    while admission.queued(ComputeDomain::General) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // Not synchronization: the request is known to be queued; this only makes its wait measurable.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(held);
+    let (_, outcome) = invocation.await.expect("join");
+    let result = outcome.expect("invoke");
+    let latency = &result["latency"];
+    let queue = latency["queueMs"].as_u64().expect("queueMs");
+    assert!(queue >= 50, "{latency}");
+    for field in ["firstEventMs", "firstTextMs", "totalMs"] {
+        assert!(
+            latency[field].as_u64().expect(field) >= queue,
+            "{field} counts from acceptance: {latency}"
+        );
+    }
+    assert_eq!(result["benchmark"]["latency"], *latency);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_finish_completes_as_tool_use_and_a_filtered_answer_fails_without_a_stop() {
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    // No tools are offered, so a `tool_calls` finish called nothing: the answer completes as `tool_use`.
+    server.set_finish_reason(Some("tool_calls"));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    let result = outcome.expect("a tool_calls finish completes");
+    assert_eq!(result["finishReason"], "tool_use");
+    assert_eq!(result["text"], CHAT_DELTAS.concat().as_str());
+    assert_eq!(result["benchmark"]["finishReason"], "tool_use");
+    let stops: Vec<&Value> = records
+        .iter()
+        .filter(|r| r.data["type"] == "stop")
+        .map(|r| &r.data)
+        .collect();
+    assert_eq!(stops, [&json!({"type":"stop","reason":"tool_use"})]);
+    // A filtered answer fails, and no stop record came before the error.
+    server.set_finish_reason(Some("content_filter"));
+    let (records, outcome) =
+        stream(&host.human, "models.invoke", hello(&provider, "test-chat")).await;
+    outcome.expect_err("a filtered answer fails");
+    assert!(
+        records.iter().all(|r| r.data["type"] != "stop"),
+        "{records:?}"
+    );
+    assert!(
+        !records.is_empty(),
+        "the text before the finish was streamed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_methods_refuse_a_model_configured_as_another_kind_and_capabilities_follow_the_config()
+ {
+    use agentwire_local_control::contract::model_config::PublicModelConfigInput;
+    let host = host(agentwire_provider::Limits::default()).await;
+    let server = OpenAiTestServer::start().await.expect("test server");
+    let provider = host.add_test_provider(&server);
+    let config = |value: Value| -> PublicModelConfigInput {
+        serde_json::from_value(value).expect("config input")
+    };
+    {
+        let mut registry = ProviderRegistry::open(&host.data).expect("registry");
+        let image = json!({"maxTokens": 100, "contextLength": 200, "vision": false,
+                           "functionCall": false, "reasoning": false, "type": "imageGeneration"});
+        registry
+            .set_model_config(&provider, "test-speech", config(image))
+            .expect("config");
+        let embedding = json!({"maxTokens": 100, "contextLength": 200, "vision": false,
+                               "functionCall": false, "reasoning": false, "type": "embedding"});
+        registry
+            .set_model_config(&provider, "test-video", config(embedding))
+            .expect("config");
+        let chat = json!({"maxTokens": 100, "contextLength": 200, "vision": true,
+                          "functionCall": true, "reasoning": false, "type": "chat"});
+        registry
+            .set_model_config(&provider, "test-chat", config(chat))
+            .expect("config");
+    }
+    let requests_before = server.requests().len();
+    for (method, params) in [
+        (
+            "speech.generate",
+            json!({"providerId":provider,"modelId":"test-speech","text":"hi"}),
+        ),
+        (
+            "videos.generate",
+            json!({"providerId":provider,"modelId":"test-video","prompt":"a cat"}),
+        ),
+    ] {
+        let (records, outcome) = stream(&host.human, method, params).await;
+        let error = remote(outcome.expect_err("another kind"));
+        assert_eq!(error.code, ErrorCode::Conflict, "{method}: {error:?}");
+        assert!(records.is_empty());
+    }
+    assert_eq!(
+        server.requests().len(),
+        requests_before,
+        "nothing reached the provider"
+    );
+    let caps = host
+        .human
+        .rpc(
+            &RequestEnvelope::new(
+                "c",
+                "models.getCapabilities",
+                json!({"providerId": provider, "modelId": "test-chat"}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect("capabilities");
+    let caps = &caps["capabilities"];
+    assert_eq!(caps["reasoning"], false, "{caps}");
+    assert_eq!(caps["functionCall"], true, "{caps}");
+    assert_eq!(caps["vision"], true, "{caps}");
+    // Built-in media models take no tools, in their config and in their capabilities alike.
+    for model in [
+        "builtin-speech",
+        "builtin-transcribe",
+        "builtin-video",
+        "builtin-image",
+    ] {
+        let caps = host
+            .human
+            .rpc(
+                &RequestEnvelope::new(
+                    "c",
+                    "models.getCapabilities",
+                    json!({"providerId": "builtin", "modelId": model}),
+                ),
+                WAIT,
+            )
+            .await
+            .expect("capabilities");
+        assert_eq!(caps["capabilities"]["functionCall"], false, "{caps}");
+        let registry = ProviderRegistry::open(&host.data).expect("registry");
+        let config = registry.model("builtin", model).expect("model").config;
+        assert!(!config.function_call, "{model}");
+    }
+}

@@ -323,9 +323,9 @@ async fn agents_extract_only_owned_artifacts_and_never_clear_or_upload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_at_the_limit_reach_the_engine_and_one_byte_past_are_refused() {
     let host = host().await;
-    let mut at_limit = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut at_limit = png_header(100, 100, 0);
     at_limit.resize(ocr::MAX_INPUT_BYTES as usize, 0);
-    // At the limit the bytes are accepted and read: garbage after a PNG signature is the engine's refusal.
+    // At the limit the bytes are accepted and read: garbage after a PNG header is the engine's refusal.
     let (code, _) = failure(
         host.upload("big.png", &at_limit, json!({"mimeType": "image/png"}))
             .await,
@@ -347,6 +347,60 @@ async fn uploads_at_the_limit_reach_the_engine_and_one_byte_past_are_refused() {
         .await,
     );
     assert_eq!(code, ErrorCode::InvalidRequest);
+}
+
+/// A PNG signature and IHDR claiming `width`×`height`, then `rest` zero bytes: never a decodable raster.
+fn png_header(width: u32, height: u32, rest: usize) -> Vec<u8> {
+    let mut bytes = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    bytes.extend_from_slice(&width.to_be_bytes());
+    bytes.extend_from_slice(&height.to_be_bytes());
+    bytes.extend_from_slice(&[8, 0, 0, 0, 0]);
+    bytes.resize(bytes.len() + rest, 0);
+    bytes
+}
+
+fn message(result: Result<Value, ClientError>) -> (ErrorCode, String) {
+    match result.expect_err("an error") {
+        ClientError::Remote { error, .. } => (error.code, error.message),
+        other => panic!("not an error envelope: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_dimensions_past_the_bound_are_refused_before_the_engine_runs() {
+    let host = host().await;
+    for (width, height) in [(10_001, 1), (1, 10_001), (10_000, 5_001), (40_000, 40_000)] {
+        let (code, text) = message(
+            host.upload(
+                "huge.png",
+                &png_header(width, height, 4096),
+                json!({"mimeType": "image/png"}),
+            )
+            .await,
+        );
+        assert_eq!(code, ErrorCode::InvalidRequest);
+        assert!(text.contains(&format!("{width}x{height} pixels")), "{text}");
+    }
+    // The engine never started for any of them.
+    assert_eq!(
+        host.status().await.process.expect("process").state,
+        ocr::ProcessState::Idle
+    );
+    // At the bound the header passes and the engine reads (and refuses) the bytes.
+    let (code, text) = message(
+        host.upload(
+            "edge.png",
+            &png_header(10_000, 5_000, 4096),
+            json!({"mimeType": "image/png"}),
+        )
+        .await,
+    );
+    assert_eq!(code, ErrorCode::InvalidRequest);
+    assert!(!text.contains("pixels"), "{text}");
+    assert_ne!(
+        host.status().await.process.expect("process").state,
+        ocr::ProcessState::Idle
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

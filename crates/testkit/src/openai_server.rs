@@ -8,7 +8,7 @@
 //!
 //! Endpoints (under `/v1`):
 //! - `POST /chat/completions`: SSE; one `reasoning_content` delta ([`CHAT_REASONING`]), the text in
-//!   [`CHAT_DELTAS`], a `finish_reason` of `stop`, a usage chunk ([`CHAT_USAGE`]) and `[DONE]`;
+//!   [`CHAT_DELTAS`], a `finish_reason` of `stop` (or [`OpenAiTestServer::set_finish_reason`]'s), a usage chunk ([`CHAT_USAGE`]) and `[DONE]`;
 //! - `GET /models`: [`MODEL_IDS`];
 //! - `POST /images/generations`: one [`PNG_1X1`] as `b64_json`, or as a `url` served by this server when the
 //!   request's prompt contains `as-url`;
@@ -111,6 +111,7 @@ pub struct RecordedRequest {
 struct Shared {
     failure: Mutex<Option<Failure>>,
     first_event_delay: Mutex<std::time::Duration>,
+    finish_reason: Mutex<Option<String>>,
     requests: Mutex<Vec<RecordedRequest>>,
     video_polls: AtomicUsize,
     aborted: AtomicUsize,
@@ -171,6 +172,12 @@ impl OpenAiTestServer {
     /// for benches; zero by default).
     pub fn set_first_event_delay(&self, delay: std::time::Duration) {
         *lock(&self.shared.first_event_delay) = delay;
+    }
+
+    /// The chat stream's `finish_reason` from now on (`None`: `stop`), e.g. `tool_calls` from a model that was
+    /// offered no tools, or `content_filter`.
+    pub fn set_finish_reason(&self, reason: Option<&str>) {
+        *lock(&self.shared.finish_reason) = reason.map(str::to_owned);
     }
 
     /// Every request received so far, in arrival order.
@@ -334,7 +341,7 @@ fn sse(value: &serde_json::Value) -> Vec<u8> {
     format!("data: {value}\n\n").into_bytes()
 }
 
-fn chat_events() -> Vec<Vec<u8>> {
+fn chat_events(finish_reason: &str) -> Vec<Vec<u8>> {
     use serde_json::json;
     let mut events = vec![sse(
         &json!({"choices":[{"index":0,"delta":{"reasoning_content":CHAT_REASONING}}]}),
@@ -345,7 +352,7 @@ fn chat_events() -> Vec<Vec<u8>> {
             .map(|text| sse(&json!({"choices":[{"index":0,"delta":{"content":text}}]}))),
     );
     events.push(sse(
-        &json!({"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}),
+        &json!({"choices":[{"index":0,"delta":{},"finish_reason":finish_reason}]}),
     ));
     events.push(sse(
         &json!({"choices":[],"usage":{"prompt_tokens":CHAT_USAGE.0,"completion_tokens":CHAT_USAGE.1}}),
@@ -391,7 +398,7 @@ async fn serve(mut stream: TcpStream, addr: SocketAddr, shared: &Shared) -> std:
                 stream
                     .write_all(&head(200, "text/event-stream", None, ""))
                     .await?;
-                for event in chat_events().iter().take(3) {
+                for event in chat_events("stop").iter().take(3) {
                     stream.write_all(event).await?;
                 }
             } else {
@@ -440,7 +447,10 @@ async fn serve(mut stream: TcpStream, addr: SocketAddr, shared: &Shared) -> std:
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            for event in chat_events() {
+            let finish_reason = lock(&shared.finish_reason)
+                .clone()
+                .unwrap_or_else(|| "stop".to_owned());
+            for event in chat_events(&finish_reason) {
                 stream.write_all(&event).await?;
                 stream.flush().await?;
             }

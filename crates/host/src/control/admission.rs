@@ -459,6 +459,7 @@ impl ComputeAdmission {
         let mut permit = ComputePermit {
             shared: Arc::clone(&self.shared),
             ticket,
+            accepted: asked,
             queue_wait: Duration::ZERO,
         };
         if admitted == Admitted::Queued {
@@ -499,6 +500,7 @@ impl ComputeAdmission {
 pub struct ComputePermit {
     shared: Arc<Shared>,
     ticket: TicketId,
+    accepted: Instant,
     queue_wait: Duration,
 }
 
@@ -506,6 +508,12 @@ impl ComputePermit {
     /// How long the request waited in the queue (zero when it ran at once).
     pub fn queue_wait(&self) -> Duration {
         self.queue_wait
+    }
+
+    /// When admission was asked for: the moment the host accepted the request, from which every request-relative
+    /// latency counts (so those latencies include [`ComputePermit::queue_wait`]).
+    pub fn accepted_at(&self) -> Instant {
+        self.accepted
     }
 
     /// [`ComputePermit::queue_wait`] in whole milliseconds, as DeepChat's `latency.queueMs`.

@@ -107,6 +107,15 @@ fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
+/// When the host accepted the request (before any wait in the compute queue) and that wait in milliseconds:
+/// `firstEventMs`, `firstTextMs` and `totalMs` count from the former, so they include `queueMs` (spec: queue
+/// duration plus request-relative latencies; a request admitted without a permit counts from now).
+fn accepted(grant: &Grant) -> (Instant, u64) {
+    grant
+        .compute_permit()
+        .map_or_else(|| (Instant::now(), 0), |p| (p.accepted_at(), p.queue_ms()))
+}
+
 fn cancelled() -> ErrorBody {
     error(ErrorCode::Cancelled, "compute request was cancelled").retriable(true)
 }
@@ -286,9 +295,9 @@ fn builtin_model_for(kind: ModelKind) -> Option<&'static str> {
 /// `builtin`, an absent model with it is the built-in model of `kind` (absent with another provider is
 /// `invalid_request`; the contract refuses it first).
 ///
-/// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models only where the registry's
-/// model types can say (chat and image generation): their speech, transcription and video models are taken as
-/// named.
+/// Built-in models are checked against [`BUILTIN_KINDS`]; custom providers' models against their configured
+/// type where it can say (chat and image generation); speech, transcription and video calls take a `chat`-typed
+/// custom model as named (the type has no such kinds) and refuse an `imageGeneration`, `embedding` or `rerank` one.
 fn resolve(
     plane: &ControlPlane,
     requested: &RequestedModel,
@@ -319,8 +328,18 @@ fn resolve(
             return Err(not_for(kind));
         }
     } else {
-        let checkable = matches!(kind, ModelKind::Chat | ModelKind::ImageGeneration);
-        if checkable && kind_of(resolved.config.model_type) != kind {
+        // DeepChat's `ModelType` (chat, embedding, rerank, imageGeneration) cannot say speech, transcription or
+        // video, so a custom model of those kinds keeps the default `chat` type: those methods take a `chat`
+        // model as named and refuse only a type that is certainly another kind.
+        let configured = kind_of(resolved.config.model_type);
+        let refused = match kind {
+            ModelKind::Chat | ModelKind::ImageGeneration => configured != kind,
+            ModelKind::Speech | ModelKind::Transcription | ModelKind::VideoGeneration => {
+                configured != ModelKind::Chat
+            }
+            ModelKind::Embedding | ModelKind::Rerank => configured != kind,
+        };
+        if refused {
             return Err(not_for(kind));
         }
     }
@@ -479,7 +498,6 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         false => None,
     }
     .unwrap_or_else(|| kind_of(model.config.model_type));
-    let builtin = p.provider_id == BUILTIN_PROVIDER_ID;
     let methods: &[&str] = match kind {
         ModelKind::Chat => &[Invoke::NAME],
         ModelKind::ImageGeneration => &[ImagesGenerate::NAME],
@@ -494,10 +512,11 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         capabilities: Capabilities {
             kind: Some(kind),
             streaming: kind == ModelKind::Chat,
-            // The built-in provider never reasons; an OpenAI-compatible one may send `reasoning_content`.
-            reasoning: kind == ModelKind::Chat && !builtin,
-            vision: false,
-            function_call: false,
+            // The model's config's flags (the same `reasoning`/`vision`/`functionCall` that
+            // `models.getPublicConfig` and `providers.listPublic` show), for a chat model only.
+            reasoning: kind == ModelKind::Chat && model.config.reasoning,
+            vision: kind == ModelKind::Chat && model.config.vision,
+            function_call: kind == ModelKind::Chat && model.config.function_call,
             methods: methods.iter().map(|m| (*m).to_owned()).collect(),
         },
     })
@@ -511,11 +530,10 @@ pub(super) async fn stream(
     request: RequestEnvelope,
     sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
     match grant.method {
         Invoke::NAME => {
             let p = params::<Invoke>(request.params)?;
-            invoke(plane, ctx, p, queue_ms, sink).await
+            invoke(plane, ctx, p, accepted(grant), sink).await
         }
         ImagesGenerate::NAME | SpeechGenerate::NAME | VideosGenerate::NAME => {
             generate(plane, ctx, grant, &request, sink).await
@@ -554,10 +572,9 @@ async fn invoke(
     plane: &ControlPlane,
     ctx: &RequestContext,
     p: wire::InvokeParams,
-    queue_ms: u64,
+    (started, queue_ms): (Instant, u64),
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
     let requested = RequestedModel {
         provider_id: p.provider_id.clone(),
         model_id: p.model_id.clone(),
@@ -675,6 +692,14 @@ async fn invoke(
                     "content_filter" => FinishReason::Error,
                     _ => FinishReason::Complete,
                 };
+                // A refused answer fails here, before any stop record; a tool-call finish (no tools were
+                // offered, so nothing was called) completes with `tool_use` like any other finish.
+                if reason == FinishReason::Error {
+                    return Err(provider_failure(
+                        &ProviderError::BadResponse,
+                        "model invocation",
+                    ));
+                }
                 if finish.is_none() {
                     finish = Some(reason);
                     emit(
@@ -694,21 +719,6 @@ async fn invoke(
         }
     }
     let finish_reason = finish.unwrap_or(FinishReason::Complete);
-    match finish_reason {
-        FinishReason::ToolUse => {
-            return Err(error(
-                ErrorCode::Conflict,
-                "raw model invocation returned an unsupported event",
-            ));
-        }
-        FinishReason::Error => {
-            return Err(provider_failure(
-                &ProviderError::BadResponse,
-                "model invocation",
-            ));
-        }
-        _ => {}
-    }
     let latency = InvokeLatency {
         queue_ms,
         first_event_ms,
@@ -860,8 +870,7 @@ async fn generate(
     request: &RequestEnvelope,
     mut sink: StreamSink,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    let (started, queue_ms) = accepted(grant);
     let method = grant.method;
     let (called, requested, kind, settings, input_bytes) = match method {
         ImagesGenerate::NAME => {
@@ -1118,8 +1127,7 @@ async fn transcribe(
     requested: RequestedModel,
     input: AudioInput,
 ) -> Result<Value, ErrorBody> {
-    let started = Instant::now();
-    let queue_ms = grant.compute_permit().map_or(0, |p| p.queue_ms());
+    let (started, queue_ms) = accepted(grant);
     let target = resolve(plane, &requested, ModelKind::Transcription)?;
     let input_bytes = input.audio.len() as u64;
     let request = TranscriptionRequest {

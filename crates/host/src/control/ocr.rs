@@ -66,8 +66,12 @@ pub struct OcrConfig {
     /// Rasterization resolution of PDF pages, dots per inch (1..=600). Default 150 (DeepChat `PDF_OCR_DPI`).
     /// Lowered for a document whose pages would exceed [`OcrConfig::max_page_pixels`] on a side.
     pub dpi: u32,
-    /// Longest side of a rasterized page, pixels. Default 10 000.
+    /// Longest side of a rasterized page, and of an image input, pixels. Default 10 000. An image whose header
+    /// declares a longer side is refused (`invalid_request`) before the engine runs.
     pub max_page_pixels: u32,
+    /// Most pixels (width × height) of an image input, as its header declares them; past it the image is refused
+    /// (`invalid_request`) before the engine runs. Default 50 000 000.
+    pub max_image_pixels: u64,
     /// Time one helper run may take before its process group is stopped (`timeout`). Default 2 min.
     pub helper_timeout: Duration,
     /// Largest stdout of one helper run, bytes; past it the run is stopped (`result_too_large`). Default 8 MiB.
@@ -86,6 +90,7 @@ impl Default for OcrConfig {
             max_pages: 32,
             dpi: 150,
             max_page_pixels: 10_000,
+            max_image_pixels: 50_000_000,
             helper_timeout: Duration::from_secs(120),
             max_helper_output_bytes: 8 * 1024 * 1024,
             cache_max_bytes: 64 * 1024 * 1024,
@@ -483,12 +488,25 @@ impl OcrService {
             engine: engine_info.map(|e| wire_engine(&e, OcrBackend::Auto)),
         };
         drop(state);
+        let missing: Vec<String> = [
+            ("pdfinfo", &self.config.pdfinfo),
+            ("pdftoppm", &self.config.pdftoppm),
+        ]
+        .into_iter()
+        .filter(|(_, program)| find_executable(program).is_none())
+        .map(|(name, _)| name.to_owned())
+        .collect();
+        let pdf = wire::PdfSupport {
+            available: missing.is_empty() && matches!(availability, Availability::Available { .. }),
+            missing,
+        };
         wire::RuntimeStatus {
             platform: std::env::consts::OS.to_owned(),
             arch: std::env::consts::ARCH.to_owned(),
             availability,
             process: Some(process),
             cache: Some(self.cache_status()),
+            pdf: Some(pdf),
         }
     }
 
@@ -548,6 +566,15 @@ impl OcrService {
             (e, facts)
         };
         check_magic(input.mime, input.bytes).map_err(|e| (e, None))?;
+        if input.mime != MimeType::Pdf {
+            check_image_size(
+                input.mime,
+                input.bytes,
+                self.config.max_page_pixels,
+                self.config.max_image_pixels,
+            )
+            .map_err(|e| (e, None))?;
+        }
         let engine = self
             .ensure_started(cancel)
             .await
@@ -994,6 +1021,147 @@ fn check_magic(mime: MimeType, bytes: &[u8]) -> Result<(), OcrError> {
     }
 }
 
+/// Refuses an image whose header declares a size over `max_side` pixels on a side or `max_pixels` in total, or
+/// whose header gives no size, so the engine never decodes a bomb (Tesseract holds the whole raster in memory;
+/// a 40 000 × 40 000 PNG of a few MB takes GBs). Formats: PNG, JPEG, GIF, BMP, TIFF, WebP headers.
+fn check_image_size(
+    mime: MimeType,
+    bytes: &[u8],
+    max_side: u32,
+    max_pixels: u64,
+) -> Result<(u32, u32), OcrError> {
+    let (width, height) = image_size(mime, bytes).ok_or_else(|| {
+        OcrError::Invalid(format!(
+            "the {} header does not give the image's size",
+            mime.as_str()
+        ))
+    })?;
+    if width == 0
+        || height == 0
+        || width > max_side
+        || height > max_side
+        || u64::from(width) * u64::from(height) > max_pixels
+    {
+        return Err(OcrError::Invalid(format!(
+            "the image is {width}x{height} pixels; images must be 1..={max_side} pixels on each side and at most \
+             {max_pixels} pixels in total"
+        )));
+    }
+    Ok((width, height))
+}
+
+fn be16(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from(u16::from_be_bytes(
+        bytes.get(at..at + 2)?.try_into().ok()?,
+    )))
+}
+
+fn le16(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from(u16::from_le_bytes(
+        bytes.get(at..at + 2)?.try_into().ok()?,
+    )))
+}
+
+fn be32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le32(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn le24(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at + 3)?;
+    Some(u32::from(b[0]) | u32::from(b[1]) << 8 | u32::from(b[2]) << 16)
+}
+
+/// Width and height as the image's header declares them (PNG IHDR, JPEG SOFn, GIF logical screen, BMP info
+/// header, TIFF first IFD, WebP VP8/VP8L/VP8X); `None` when the header is cut short or gives none.
+fn image_size(mime: MimeType, bytes: &[u8]) -> Option<(u32, u32)> {
+    match mime {
+        MimeType::Png => (bytes.get(12..16)? == b"IHDR")
+            .then_some(())
+            .and_then(|()| Some((be32(bytes, 16)?, be32(bytes, 20)?))),
+        MimeType::Gif => Some((le16(bytes, 6)?, le16(bytes, 8)?)),
+        MimeType::Bmp => {
+            let header = le32(bytes, 14)?;
+            if header == 12 {
+                Some((le16(bytes, 18)?, le16(bytes, 20)?))
+            } else {
+                let width = i32::from_le_bytes(bytes.get(18..22)?.try_into().ok()?);
+                let height = i32::from_le_bytes(bytes.get(22..26)?.try_into().ok()?);
+                Some((width.unsigned_abs(), height.unsigned_abs()))
+            }
+        }
+        MimeType::Jpeg => {
+            let mut at = 2;
+            loop {
+                while *bytes.get(at)? != 0xFF {
+                    at += 1;
+                }
+                while *bytes.get(at)? == 0xFF {
+                    at += 1;
+                }
+                let marker = *bytes.get(at)?;
+                at += 1;
+                if matches!(marker, 0x01 | 0xD0..=0xD9) {
+                    continue;
+                }
+                let length = be16(bytes, at)? as usize;
+                if matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC) {
+                    return Some((be16(bytes, at + 5)?, be16(bytes, at + 3)?));
+                }
+                at += length.max(2);
+            }
+        }
+        MimeType::Tiff => {
+            let little = bytes.starts_with(b"II");
+            let u16_at = |at| {
+                if little {
+                    le16(bytes, at)
+                } else {
+                    be16(bytes, at)
+                }
+            };
+            let u32_at = |at| {
+                if little {
+                    le32(bytes, at)
+                } else {
+                    be32(bytes, at)
+                }
+            };
+            let ifd = u32_at(4)? as usize;
+            let count = u16_at(ifd)? as usize;
+            let (mut width, mut height) = (None, None);
+            for entry in 0..count.min(4096) {
+                let at = ifd.checked_add(2 + entry * 12)?;
+                let tag = u16_at(at)?;
+                let value = match u16_at(at + 2)? {
+                    3 => u16_at(at + 8)?,
+                    4 => u32_at(at + 8)?,
+                    _ => continue,
+                };
+                match tag {
+                    256 => width = Some(value),
+                    257 => height = Some(value),
+                    _ => {}
+                }
+            }
+            Some((width?, height?))
+        }
+        MimeType::Webp => match bytes.get(12..16)? {
+            b"VP8 " => Some((le16(bytes, 26)? & 0x3FFF, le16(bytes, 28)? & 0x3FFF)),
+            b"VP8L" => {
+                let bits = le32(bytes, 21)?;
+                Some(((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1))
+            }
+            b"VP8X" => Some((le24(bytes, 24)? + 1, le24(bytes, 27)? + 1)),
+            _ => None,
+        },
+        MimeType::Pdf => None,
+    }
+}
+
 /// Text and page size from Tesseract's TSV output: words joined by spaces, lines by `\n`, paragraphs and
 /// blocks by a blank line.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -1375,6 +1543,58 @@ mod tests {
         assert!(check_magic(MimeType::Png, b"%PDF-1.4").is_err());
         assert!(check_magic(MimeType::Pdf, b"%PDF-1.4").is_ok());
         assert!(check_magic(MimeType::Webp, b"RIFF\0\0\0\0WEBPVP8 ").is_ok());
+    }
+
+    /// A PNG signature and IHDR claiming `width`×`height`: a header only, never a raster.
+    fn png_header(width: u32, height: u32) -> Vec<u8> {
+        let mut bytes = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        bytes.extend_from_slice(&width.to_be_bytes());
+        bytes.extend_from_slice(&height.to_be_bytes());
+        bytes.extend_from_slice(&[8, 0, 0, 0, 0]);
+        bytes
+    }
+
+    #[test]
+    fn image_headers_bound_sides_and_pixels_at_the_limit_and_one_past() {
+        let ok = |w, h| check_image_size(MimeType::Png, &png_header(w, h), 10_000, 50_000_000);
+        assert_eq!(ok(10_000, 5_000).ok(), Some((10_000, 5_000)));
+        assert!(matches!(ok(10_001, 1), Err(OcrError::Invalid(_))));
+        assert!(matches!(ok(1, 10_001), Err(OcrError::Invalid(_))));
+        assert!(matches!(ok(10_000, 5_001), Err(OcrError::Invalid(_))));
+        assert!(matches!(ok(40_000, 40_000), Err(OcrError::Invalid(_))));
+        assert!(matches!(ok(0, 1), Err(OcrError::Invalid(_))));
+        // A header cut short gives no size.
+        assert!(check_image_size(MimeType::Png, b"\x89PNG\r\n\x1a\n", 10, 10).is_err());
+    }
+
+    #[test]
+    fn every_accepted_format_header_gives_its_size() {
+        let gif = b"GIF89a\x10\x27\x11\x27";
+        assert_eq!(image_size(MimeType::Gif, gif), Some((10_000, 10_001)));
+        let mut bmp = b"BM".to_vec();
+        bmp.resize(14, 0);
+        bmp.extend_from_slice(&40u32.to_le_bytes());
+        bmp.extend_from_slice(&300i32.to_le_bytes());
+        bmp.extend_from_slice(&(-200i32).to_le_bytes());
+        assert_eq!(image_size(MimeType::Bmp, &bmp), Some((300, 200)));
+        // JPEG: SOI, an APP0 segment to skip, then SOF0 (height 480, width 640).
+        let jpeg = [
+            0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0x00, 0x00, 0xFF, 0xC0, 0x00, 0x11, 0x08, 0x01,
+            0xE0, 0x02, 0x80, 0x03,
+        ];
+        assert_eq!(image_size(MimeType::Jpeg, &jpeg), Some((640, 480)));
+        assert_eq!(image_size(MimeType::Jpeg, &jpeg[..14]), None);
+        // TIFF little-endian, IFD at 8 with ImageWidth (SHORT) and ImageLength (LONG).
+        let mut tiff = b"II*\0\x08\0\0\0\x02\0".to_vec();
+        tiff.extend_from_slice(&[0x00, 0x01, 3, 0, 1, 0, 0, 0, 0x20, 0x4E, 0, 0]);
+        tiff.extend_from_slice(&[0x01, 0x01, 4, 0, 1, 0, 0, 0, 0x21, 0x4E, 0, 0]);
+        assert_eq!(image_size(MimeType::Tiff, &tiff), Some((20_000, 20_001)));
+        let mut vp8x = b"RIFF\0\0\0\0WEBPVP8X\0\0\0\0\0\0\0\0".to_vec();
+        vp8x.extend_from_slice(&[0x0F, 0x27, 0x00, 0x10, 0x27, 0x00]);
+        assert_eq!(image_size(MimeType::Webp, &vp8x), Some((10_000, 10_001)));
+        let mut vp8l = b"RIFF\0\0\0\0WEBPVP8L\0\0\0\0\x2f".to_vec();
+        vp8l.extend_from_slice(&(99u32 | 49 << 14).to_le_bytes());
+        assert_eq!(image_size(MimeType::Webp, &vp8l), Some((100, 50)));
     }
 
     #[test]

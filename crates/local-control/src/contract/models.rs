@@ -350,7 +350,8 @@ pub struct InvokeUsage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
-    /// The model called a tool (never accepted by `models.invoke`).
+    /// The model finished to call a tool; `models.invoke` offers none, so this only ends an answer whose provider
+    /// said `tool_calls` without calling anything.
     ToolUse,
     /// The token limit cut the answer.
     MaxTokens,

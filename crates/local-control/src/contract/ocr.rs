@@ -407,6 +407,22 @@ pub struct RuntimeStatus {
     /// The derived-text cache.
     #[serde(deserialize_with = "nullable")]
     pub cache: Option<CacheStatus>,
+    /// Whether PDFs can be read (our addition: DeepChat's helper reads PDFs itself, this host rasterizes them with
+    /// poppler). Absent from a peer that does not send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pdf: Option<PdfSupport>,
+}
+
+/// `pdf` of [`RuntimeStatus`]: `{"available":true,"missing":[]}`, or `{"available":false,"missing":["pdftoppm"]}`
+/// when poppler's helpers are not found (images stay available: they need only the engine). `available` is also
+/// `false` when the engine itself is unavailable (then `missing` may be empty and `availability.reason` says why).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PdfSupport {
+    /// Whether `application/pdf` inputs can be extracted.
+    pub available: bool,
+    /// The helpers not found, by their default names (`pdfinfo`, `pdftoppm`); at most 2.
+    pub missing: Vec<String>,
 }
 
 impl Validate for RuntimeStatus {
@@ -416,6 +432,11 @@ impl Validate for RuntimeStatus {
         }
         if let Some(cache) = &self.cache {
             cache.validate()?;
+        }
+        if let Some(pdf) = &self.pdf
+            && (pdf.missing.len() > 2 || (pdf.available && !pdf.missing.is_empty()))
+        {
+            return Err(ContractError::field("pdf.missing", Problem::OutOfRange));
         }
         Ok(())
     }
