@@ -94,3 +94,49 @@ async fn sigterm_cancels_the_request_and_exits_7() {
     assert_eq!(envelope["error"]["code"], "cancelled");
     host.stop().await;
 }
+
+/// DeepChat's `readOptionValue` only refuses values starting with `--`: an id starting with a single `-` (base64url
+/// ids do, 1 in 64) is the option's value and reaches the host, for every option taking a value.
+#[tokio::test]
+async fn option_values_may_start_with_a_single_hyphen() {
+    let host = support::Host::start(support::Script {
+        results: [
+            (
+                "artifacts.describe".to_owned(),
+                Err(agentwire_local_control::envelope::ErrorBody::new(
+                    agentwire_local_control::envelope::ErrorCode::NotFound,
+                    "no such artifact",
+                )),
+            ),
+            (
+                "runs.get".to_owned(),
+                Err(agentwire_local_control::envelope::ErrorBody::new(
+                    agentwire_local_control::envelope::ErrorCode::NotFound,
+                    "no such run",
+                )),
+            ),
+        ]
+        .into(),
+        ..Default::default()
+    })
+    .await;
+    let data = host.data.display().to_string();
+    let env = [("DEEPCHAT_E2E_USER_DATA_DIR", data.as_str())];
+
+    let id = "-ZK6E27abcdefghijklmnopqrstuvwxyz012345678";
+    let (code, stdout) = run_binary(&["artifact", "describe", "--id", id, "--json"], &env).await;
+    assert_eq!(code, 6, "{stdout}");
+    let envelope: Value = serde_json::from_str(stdout.trim()).expect("one envelope");
+    assert_eq!(envelope["error"]["code"], "not_found");
+    let (code, stdout) = run_binary(&["run", "get", "--run", "-r1", "--json"], &env).await;
+    assert_eq!(code, 6, "{stdout}");
+    let calls = host.calls();
+    assert_eq!(calls[0].1["id"], id);
+    assert_eq!(calls[1].1["runId"], "-r1");
+
+    // A value starting with `--` is still a missing value, as in DeepChat.
+    let (code, stdout) = run_binary(&["artifact", "describe", "--id", "--json"], &env).await;
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(host.calls().len(), 2);
+    host.stop().await;
+}
