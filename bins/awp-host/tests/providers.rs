@@ -1247,3 +1247,62 @@ async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_ru
         "{out:?}"
     );
 }
+
+/// One provider-reference rule for every method (id or name), and a model list filtered by an unknown provider
+/// is not_found rather than an empty list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_takes_a_provider_by_id_or_name() {
+    use agentwire_host::providers::{NewProvider, ProviderRegistry};
+    let host = Host::new();
+    host.agents_toml("");
+    let mut registry = ProviderRegistry::open(&host.data).expect("registry");
+    let local = registry
+        .add(NewProvider {
+            name: "local-llm".to_owned(),
+            api_type: agentwire_local_control::contract::providers::ApiType::Openai,
+            base_url: "http://127.0.0.1:9/v1".to_owned(),
+            enabled: true,
+        })
+        .expect("add");
+    registry
+        .set_model_status(&local.id, "m1", true)
+        .expect("model");
+    drop(registry);
+    let server = serve(&host, false, &[]).await;
+    for reference in [local.id.as_str(), "local-llm"] {
+        let list = deepchat(&host, &["model", "list", "--provider", reference, "--json"]).await;
+        let models = ok(&list)["models"].clone();
+        assert_eq!(models.as_array().map(Vec::len), Some(1), "{list:?}");
+        assert_eq!(models[0]["providerId"], local.id.as_str());
+        let config = deepchat(
+            &host,
+            &[
+                "model",
+                "config-get",
+                "--provider",
+                reference,
+                "--model",
+                "m1",
+                "--json",
+            ],
+        )
+        .await;
+        assert_eq!(ok(&config)["config"]["type"], "chat", "{config:?}");
+        let test = deepchat(
+            &host,
+            &["provider", "test", "--provider", reference, "--json"],
+        )
+        .await;
+        assert_eq!(test.code, 0, "{test:?}");
+    }
+    let unknown = deepchat(
+        &host,
+        &["model", "list", "--provider", "nonexistent", "--json"],
+    )
+    .await;
+    failed(&unknown, 6, "not_found");
+    let text = deepchat(&host, &["model", "list", "--provider", "nonexistent"]).await;
+    assert_eq!(text.code, 6, "{text:?}");
+    assert!(text.stderr.starts_with("not_found"), "{text:?}");
+    assert_eq!(server.stop().await.code, 0);
+}

@@ -276,8 +276,7 @@ pub(super) async fn dispatch(
         }
         wire::SetCredential::NAME => {
             let params = params::<wire::SetCredential>(p)?;
-            let (provider_id, action, kind) =
-                (params.provider_id.clone(), params.action, params.kind);
+            let (action, kind) = (params.action, params.kind);
             // The provider runtime's key rules (at most 4096 bytes, no whitespace or control characters) on top of
             // DeepChat's contract (64 KiB); the error names the rule, never the value.
             let key = match (params.action, &params.value) {
@@ -289,16 +288,18 @@ pub(super) async fn dispatch(
                 })?),
                 _ => None,
             };
-            let configured = with_registry(plane, "update provider credential", move |registry| {
-                match &key {
-                    Some(key) => registry.set_api_key(&params.provider_id, key)?,
-                    None => {
-                        registry.clear_api_key(&params.provider_id)?;
+            let (provider_id, configured) =
+                with_registry(plane, "update provider credential", move |registry| {
+                    let provider_id = registry.find(&params.provider_id)?.id;
+                    match &key {
+                        Some(key) => registry.set_api_key(&provider_id, key)?,
+                        None => {
+                            registry.clear_api_key(&provider_id)?;
+                        }
                     }
-                }
-                registry.has_api_key(&params.provider_id)
-            })
-            .await?;
+                    Ok((provider_id.clone(), registry.has_api_key(&provider_id)?))
+                })
+                .await?;
             result::<wire::SetCredential>(&SetCredentialResult {
                 provider_id,
                 action,
