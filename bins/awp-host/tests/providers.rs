@@ -1186,6 +1186,32 @@ async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_ru
     let out = host.run(&["check", "--agent", "llm"]).await;
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("provider_not_found"), "{out:?}");
+    // `agents list` does not call it usable, and a detached run through the control plane is the same
+    // configuration error (exit 3, the registry's code in details.code), never internal_error.
+    let list = host.run(&["agents", "list", "--json"]).await;
+    assert_eq!(list.code, 0, "{list:?}");
+    let entries = list.json();
+    let llm = entries
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == "llm"))
+        .cloned()
+        .expect("llm listed");
+    assert_eq!(llm["usable"], false, "{llm}");
+    assert_eq!(llm["error"]["code"], "provider_not_found", "{llm}");
+    let text = host.run(&["agents", "list"]).await;
+    assert!(
+        text.stdout.contains("unusable: cannot use its provider"),
+        "{text:?}"
+    );
+    let server = serve(&host, false, &[]).await;
+    let run = deepchat(
+        &host,
+        &["agent", "run", "--agent", "llm", "--prompt", "hi", "--json"],
+    )
+    .await;
+    let error = failed(&run, 3, "unavailable");
+    assert_eq!(error["details"]["code"], "provider_not_found", "{error}");
+    assert_eq!(server.stop().await.code, 0);
     let mut registry = ProviderRegistry::open(&host.data).expect("registry");
     let local = registry
         .add(NewProvider {
