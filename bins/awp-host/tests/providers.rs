@@ -409,6 +409,51 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
         models.authorization.as_deref(),
         Some(format!("Bearer {PLANTED_KEY}").as_str())
     );
+    // A model to try must be one the provider lists: a listed one passes, another is not_found.
+    let listed = agentwire_testkit::openai_server::MODEL_IDS[0];
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            &id,
+            "--model",
+            listed,
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(ok(&test)["isOk"], true);
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            &id,
+            "--model",
+            "nosuch",
+            "--json",
+        ],
+    )
+    .await;
+    let error = failed(&test, 6, "not_found");
+    assert_eq!(error["details"]["code"], "model_not_found");
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-nope",
+            "--json",
+        ],
+    )
+    .await;
+    failed(&test, 6, "not_found");
     // A 500 carrying a planted secret is a fixed failure message.
     upstream.set_failure(Some(Failure::Status {
         status: 500,

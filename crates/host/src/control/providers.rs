@@ -427,16 +427,25 @@ pub const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// `providers.testPublicConnection`: `not_found` for an unknown provider; otherwise `{"isOk":…}` with a fixed
 /// message on failure (upstream status, headers and bodies never cross). The built-in provider answers when it is
 /// enabled; a custom provider when `GET <base>/models` succeeds within [`PROVIDER_TEST_TIMEOUT`] (DeepChat's
-/// `check` likewise asks the provider's model list).
+/// `check` likewise asks the provider's model list). With `modelId`, that model must exist: in the built-in
+/// provider's fixed list, or in the list a custom provider answers with (`not_found`, `details.code`
+/// `model_not_found`, otherwise; not checked when the provider does not answer, which is `isOk: false` anyway).
 async fn test_connection(
     plane: &ControlPlane,
     params: wire::TestParams,
 ) -> Result<Value, ErrorBody> {
     let provider_id = params.provider_id.clone();
+    let builtin_model = params.model_id.clone();
     let (provider, key) = with_registry(plane, "test provider", move |registry| {
-        registry.endpoint(&provider_id)
+        let endpoint = registry.endpoint(&provider_id)?;
+        // The built-in provider's models are its fixed list; an unknown one is not_found.
+        if let (true, Some(model)) = (endpoint.0.is_builtin(), &builtin_model) {
+            registry.model(&endpoint.0.id, model)?;
+        }
+        Ok(endpoint)
     })
     .await?;
+    let mut missing_model = false;
     let ok = provider.enabled
         && match provider.base_url.clone() {
             None => provider.is_builtin(),
@@ -449,17 +458,38 @@ async fn test_connection(
                 let config = agentwire_provider::OpenAiConfig {
                     base_url,
                     api_key: key,
-                    default_model: params.model_id,
+                    default_model: params.model_id.clone(),
                     limits,
                 };
                 match agentwire_provider::OpenAiProvider::new(config) {
-                    Ok(client) => tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
-                        .await
-                        .is_ok_and(|answer| answer.is_ok()),
+                    Ok(client) => {
+                        match tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
+                            .await
+                        {
+                            Ok(Ok(models)) => {
+                                // A model to try must be one the provider lists.
+                                missing_model = params
+                                    .model_id
+                                    .as_ref()
+                                    .is_some_and(|wanted| !models.iter().any(|m| &m.id == wanted));
+                                true
+                            }
+                            _ => false,
+                        }
+                    }
                     Err(_) => false,
                 }
             }
         };
+    if missing_model {
+        let mut details = serde_json::Map::new();
+        details.insert("code".into(), Value::String("model_not_found".to_owned()));
+        return Err(error(
+            ErrorCode::NotFound,
+            "Model was not found in the provider's model list",
+        )
+        .with_details(details));
+    }
     result::<wire::TestPublicConnection>(&wire::TestResult {
         is_ok: ok,
         error_msg: (!ok).then(|| "Provider connection failed".to_owned()),
