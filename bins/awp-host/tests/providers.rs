@@ -976,6 +976,125 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         "invalid_request",
     );
 
+    // Mutations certain to fail on the stored state fail before an approval is asked for: the approver is
+    // attached and answers nothing here, so each of these would wait for a decision if one were asked.
+    let taken = deepchat(&host, &add_args(&at, "http://127.0.0.1:9/v1")).await;
+    assert_eq!(
+        failed(&taken, 6, "conflict")["details"]["code"],
+        "provider_name_taken"
+    );
+    let certain_failures: Vec<(Vec<&str>, i32, &str, &str)> = vec![
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "builtin",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--json",
+            ],
+            6,
+            "conflict",
+            "builtin_provider_immutable",
+        ),
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "builtin",
+                "--name",
+                &at,
+                "--json",
+            ],
+            6,
+            "conflict",
+            "provider_name_taken",
+        ),
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "nonexist",
+                "--enabled",
+                "false",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "provider_not_found",
+        ),
+        (
+            vec!["provider", "remove", "--provider", "builtin", "--json"],
+            6,
+            "conflict",
+            "builtin_provider_immutable",
+        ),
+        (
+            vec![
+                "model",
+                "enable",
+                "--provider",
+                "builtin",
+                "--model",
+                "builtin-nope",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "model_not_found",
+        ),
+        (
+            vec![
+                "model",
+                "config-reset",
+                "--provider",
+                &id,
+                "--model",
+                "nope",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "model_not_found",
+        ),
+    ];
+    for (args, exit, code, detail) in certain_failures {
+        let out = deepchat(&host, &args).await;
+        let error = failed(&out, exit, code);
+        assert_eq!(error["details"]["code"], detail, "{args:?}: {out:?}");
+    }
+    let builtin_key = deepchat_full(
+        &host,
+        None,
+        &[
+            "provider",
+            "set-credential",
+            "--provider",
+            "builtin",
+            "--stdin",
+            "--json",
+        ],
+        b"sk-x",
+        &[],
+        None,
+    )
+    .await;
+    failed(&builtin_key, 6, "conflict");
+    // They are audited as refused by the host (`denied`), never as a person's decision.
+    let audit = files(&host.data)
+        .into_iter()
+        .filter(|f| f.to_string_lossy().contains("audit"))
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .collect::<String>();
+    assert!(!audit.contains("approval-denied"), "{audit}");
+    assert!(
+        audit.matches("\"outcome\":\"denied\"").count() >= 8,
+        "{audit}"
+    );
+
     // URLs carrying credentials, queries or fragments, and other schemes, never leave the CLI; on the socket
     // they are invalid_request before an approval is asked for (the renderer never sees them).
     for url in [
@@ -1071,15 +1190,9 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         "--stdin",
         "--json",
     ];
+    // Certain to fail: refused before an approval is asked for.
     failed(
-        &allowed(
-            &host,
-            &mut server,
-            "providers.setCredential",
-            &builtin,
-            &key,
-        )
-        .await,
+        &deepchat_full(&host, None, &builtin, &key, &[], None).await,
         6,
         "conflict",
     );
@@ -1178,22 +1291,17 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
     )
     .await;
     failed(&missing, 6, "not_found");
-    let remove = allowed(
+    let remove = deepchat(
         &host,
-        &mut server,
-        "providers.remove",
         &["provider", "remove", "--provider", "builtin", "--json"],
-        b"",
     )
     .await;
     assert_eq!(
         failed(&remove, 6, "conflict")["details"]["code"],
         "builtin_provider_immutable"
     );
-    let url = allowed(
+    let url = deepchat(
         &host,
-        &mut server,
-        "providers.updatePublic",
         &[
             "provider",
             "update",
@@ -1203,7 +1311,6 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
             "https://api.example.com",
             "--json",
         ],
-        b"",
     )
     .await;
     failed(&url, 6, "conflict");

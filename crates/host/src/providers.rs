@@ -712,7 +712,11 @@ impl ProviderRegistry {
         Ok((provider, key))
     }
 
-    fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), ProviderError> {
+    /// [`ProviderError::NameTaken`] when another provider than `except` (an id) has `name` as its name or id.
+    ///
+    /// # Errors
+    /// [`ProviderError::NameTaken`], [`ProviderError::Store`].
+    pub fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), ProviderError> {
         let taken: Option<String> = self
             .conn
             .query_row(

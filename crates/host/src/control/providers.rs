@@ -194,6 +194,86 @@ pub(super) fn review(method: &str, p: &Value) -> Option<Result<Value, ErrorBody>
     Some(display)
 }
 
+/// The registry's view of a provider/model mutation, checked after [`review`] and before an approval is asked
+/// for: a mutation certain to fail on the stored state (a name taken, the built-in provider given a URL, adapter
+/// or key, or removed, an unknown provider, an unknown model where none is added) fails here with the error its
+/// dispatch would give, so nobody is asked to approve it. Read-only; the dispatch checks again (the state may
+/// change while the approval waits). `Ok` for methods of other modules.
+pub(super) async fn precheck(
+    plane: &ControlPlane,
+    method: &str,
+    p: &Value,
+) -> Result<(), ErrorBody> {
+    type Check = Box<dyn FnOnce(&ProviderRegistry) -> Result<(), ProviderError> + Send>;
+    let p = p.clone();
+    let check: Check = match method {
+        wire::AddPublic::NAME => {
+            let a = params::<wire::AddPublic>(p)?;
+            Box::new(move |r| r.check_name_free(&a.name, None))
+        }
+        wire::UpdatePublic::NAME => {
+            let u = params::<wire::UpdatePublic>(p)?;
+            Box::new(move |r| {
+                let current = r.find(&u.provider_id)?;
+                if current.is_builtin() {
+                    if u.updates.api_type.is_some() {
+                        return Err(ProviderError::BuiltinImmutable("given another api type"));
+                    }
+                    if u.updates.base_url.is_some() {
+                        return Err(ProviderError::BuiltinImmutable("given a base url"));
+                    }
+                }
+                match &u.updates.name {
+                    Some(name) => r.check_name_free(name, Some(&current.id)),
+                    None => Ok(()),
+                }
+            })
+        }
+        wire::SetCredential::NAME => {
+            let c = params::<wire::SetCredential>(p)?;
+            Box::new(move |r| {
+                let provider = r.find(&c.provider_id)?;
+                if provider.is_builtin() && c.value.is_some() {
+                    return Err(ProviderError::BuiltinImmutable("given a credential"));
+                }
+                Ok(())
+            })
+        }
+        wire::Remove::NAME => {
+            let d = params::<wire::Remove>(p)?;
+            Box::new(move |r| match r.find(&d.provider_id) {
+                Ok(provider) if provider.is_builtin() => {
+                    Err(ProviderError::BuiltinImmutable("removed"))
+                }
+                // An unknown provider is `{"removed":false}`, not an error.
+                Ok(_) | Err(ProviderError::ProviderNotFound(_)) => Ok(()),
+                Err(e) => Err(e),
+            })
+        }
+        wire_models::SetStatus::NAME => {
+            let s = params::<wire_models::SetStatus>(p)?;
+            Box::new(move |r| {
+                let provider = r.find(&s.provider_id)?;
+                // A custom provider adds an unknown model; the built-in provider's list is fixed.
+                if provider.is_builtin() {
+                    r.model(&provider.id, &s.model_id)?;
+                }
+                Ok(())
+            })
+        }
+        wire_models::SetPublicConfig::NAME => {
+            let c = params::<wire_models::SetPublicConfig>(p)?;
+            Box::new(move |r| r.model(&c.provider_id, &c.model_id).map(drop))
+        }
+        wire_models::ResetConfig::NAME => {
+            let c = params::<wire_models::ResetConfig>(p)?;
+            Box::new(move |r| r.model(&c.provider_id, &c.model_id).map(drop))
+        }
+        _ => return Ok(()),
+    };
+    with_registry(plane, "check provider", move |registry| check(registry)).await
+}
+
 /// Serves one of [`METHODS`].
 pub(super) async fn dispatch(
     plane: &ControlPlane,
