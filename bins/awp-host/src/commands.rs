@@ -37,7 +37,7 @@ pub async fn run(cli: Cli) -> Result<Exit, Failure> {
         Command::Chat(args) => chat(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await,
         Command::Threads(cmd) => threads(cli.data_dir.as_deref(), cmd),
         Command::Agents(AgentsCommand::List { json }) => {
-            agents_list(cli.config_dir.as_deref(), json)
+            agents_list(cli.data_dir.as_deref(), cli.config_dir.as_deref(), json)
         }
         Command::Check(args) => {
             check(cli.data_dir.as_deref(), cli.config_dir.as_deref(), args).await
@@ -653,7 +653,38 @@ fn detail_text(d: &ThreadDetail) -> String {
     s
 }
 
-fn entry_json(e: &AgentEntry, is_default: bool) -> Value {
+/// Why a well-formed entry still cannot start: its host provider (`provider = "…"`) cannot be used (unknown,
+/// disabled, no enabled model, a remote URL without opt-in), checked as a launch checks it. `None` when usable,
+/// without a provider, or when no data directory is known (nothing to check against).
+fn provider_problem(
+    data_dir: Option<&Path>,
+    e: &AgentEntry,
+) -> Option<agentwire_host::providers::ProviderError> {
+    let spec = e.status.as_ref().ok()?;
+    let provider = spec.provider.as_deref()?;
+    let dir = data_dir?;
+    agentwire_host::providers::agent_env(
+        dir,
+        provider,
+        spec.launch.default_model.as_deref(),
+        spec.launch.remote_api_opt_in,
+    )
+    .err()
+}
+
+fn entry_json(
+    e: &AgentEntry,
+    is_default: bool,
+    provider: Option<&agentwire_host::providers::ProviderError>,
+) -> Value {
+    let error = match (&e.status, provider) {
+        (Err(err), _) => Some(json!({"code": err.code(), "message": err.to_string()})),
+        (Ok(_), Some(err)) => Some(json!({
+            "code": err.code(),
+            "message": format!("agent `{}` cannot use its provider: {err}", e.name),
+        })),
+        (Ok(_), None) => None,
+    };
     json!({
         "name": e.name,
         "source": e.source.as_str(),
@@ -665,19 +696,27 @@ fn entry_json(e: &AgentEntry, is_default: bool) -> Value {
         "line": e.location.map(|(line, _)| line),
         "column": e.location.map(|(_, column)| column),
         "default": is_default,
-        "usable": e.is_usable(),
-        "error": e.status.as_ref().err().map(|err| json!({"code": err.code(), "message": err.to_string()})),
+        "usable": e.is_usable() && provider.is_none(),
+        "error": error,
     })
 }
 
-fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
+fn agents_list(
+    data_dir: Option<&Path>,
+    config_dir: Option<&Path>,
+    json: bool,
+) -> Result<Exit, Failure> {
     let registry = load_agents(config_dir)?;
+    let data_dir = paths::data_dir(data_dir, &env_lookup).ok();
     if json {
         let value = Value::Array(
             registry
                 .entries()
                 .iter()
-                .map(|e| entry_json(e, registry.is_default(e)))
+                .map(|e| {
+                    let provider = provider_problem(data_dir.as_deref(), e);
+                    entry_json(e, registry.is_default(e), provider.as_ref())
+                })
                 .collect(),
         );
         print_out(&format!("{value}\n"))?;
@@ -691,9 +730,12 @@ fn agents_list(config_dir: Option<&Path>, json: bool) -> Result<Exit, Failure> {
                 format!("{}:{line}:{column}: ", agentwire_host::agents::CONFIG_FILE)
             })
             .unwrap_or_default();
-        let status = match &e.status {
-            Ok(_) => "usable".to_owned(),
-            Err(err) => format!("unusable: {at}{err} ({})", err.code()),
+        let status = match (&e.status, provider_problem(data_dir.as_deref(), e)) {
+            (Ok(_), None) => "usable".to_owned(),
+            (Ok(_), Some(err)) => {
+                format!("unusable: cannot use its provider: {err} ({})", err.code())
+            }
+            (Err(err), _) => format!("unusable: {at}{err} ({})", err.code()),
         };
         let executable = match (&e.executable, &e.resolved_executable) {
             (Some(link), Some(file)) => format!("{} -> {}", link.display(), file.display()),

@@ -409,6 +409,51 @@ async fn providers_and_models_are_administered_with_approvals_and_the_key_appear
         models.authorization.as_deref(),
         Some(format!("Bearer {PLANTED_KEY}").as_str())
     );
+    // A model to try must be one the provider lists: a listed one passes, another is not_found.
+    let listed = agentwire_testkit::openai_server::MODEL_IDS[0];
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            &id,
+            "--model",
+            listed,
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(ok(&test)["isOk"], true);
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            &id,
+            "--model",
+            "nosuch",
+            "--json",
+        ],
+    )
+    .await;
+    let error = failed(&test, 6, "not_found");
+    assert_eq!(error["details"]["code"], "model_not_found");
+    let test = deepchat(
+        &host,
+        &[
+            "provider",
+            "test",
+            "--provider",
+            "builtin",
+            "--model",
+            "builtin-nope",
+            "--json",
+        ],
+    )
+    .await;
+    failed(&test, 6, "not_found");
     // A 500 carrying a planted secret is a fixed failure message.
     upstream.set_failure(Some(Failure::Status {
         status: 500,
@@ -931,6 +976,125 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         "invalid_request",
     );
 
+    // Mutations certain to fail on the stored state fail before an approval is asked for: the approver is
+    // attached and answers nothing here, so each of these would wait for a decision if one were asked.
+    let taken = deepchat(&host, &add_args(&at, "http://127.0.0.1:9/v1")).await;
+    assert_eq!(
+        failed(&taken, 6, "conflict")["details"]["code"],
+        "provider_name_taken"
+    );
+    let certain_failures: Vec<(Vec<&str>, i32, &str, &str)> = vec![
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "builtin",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--json",
+            ],
+            6,
+            "conflict",
+            "builtin_provider_immutable",
+        ),
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "builtin",
+                "--name",
+                &at,
+                "--json",
+            ],
+            6,
+            "conflict",
+            "provider_name_taken",
+        ),
+        (
+            vec![
+                "provider",
+                "update",
+                "--provider",
+                "nonexist",
+                "--enabled",
+                "false",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "provider_not_found",
+        ),
+        (
+            vec!["provider", "remove", "--provider", "builtin", "--json"],
+            6,
+            "conflict",
+            "builtin_provider_immutable",
+        ),
+        (
+            vec![
+                "model",
+                "enable",
+                "--provider",
+                "builtin",
+                "--model",
+                "builtin-nope",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "model_not_found",
+        ),
+        (
+            vec![
+                "model",
+                "config-reset",
+                "--provider",
+                &id,
+                "--model",
+                "nope",
+                "--json",
+            ],
+            6,
+            "not_found",
+            "model_not_found",
+        ),
+    ];
+    for (args, exit, code, detail) in certain_failures {
+        let out = deepchat(&host, &args).await;
+        let error = failed(&out, exit, code);
+        assert_eq!(error["details"]["code"], detail, "{args:?}: {out:?}");
+    }
+    let builtin_key = deepchat_full(
+        &host,
+        None,
+        &[
+            "provider",
+            "set-credential",
+            "--provider",
+            "builtin",
+            "--stdin",
+            "--json",
+        ],
+        b"sk-x",
+        &[],
+        None,
+    )
+    .await;
+    failed(&builtin_key, 6, "conflict");
+    // They are audited as refused by the host (`denied`), never as a person's decision.
+    let audit = files(&host.data)
+        .into_iter()
+        .filter(|f| f.to_string_lossy().contains("audit"))
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .collect::<String>();
+    assert!(!audit.contains("approval-denied"), "{audit}");
+    assert!(
+        audit.matches("\"outcome\":\"denied\"").count() >= 8,
+        "{audit}"
+    );
+
     // URLs carrying credentials, queries or fragments, and other schemes, never leave the CLI; on the socket
     // they are invalid_request before an approval is asked for (the renderer never sees them).
     for url in [
@@ -1026,15 +1190,9 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
         "--stdin",
         "--json",
     ];
+    // Certain to fail: refused before an approval is asked for.
     failed(
-        &allowed(
-            &host,
-            &mut server,
-            "providers.setCredential",
-            &builtin,
-            &key,
-        )
-        .await,
+        &deepchat_full(&host, None, &builtin, &key, &[], None).await,
         6,
         "conflict",
     );
@@ -1133,22 +1291,17 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
     )
     .await;
     failed(&missing, 6, "not_found");
-    let remove = allowed(
+    let remove = deepchat(
         &host,
-        &mut server,
-        "providers.remove",
         &["provider", "remove", "--provider", "builtin", "--json"],
-        b"",
     )
     .await;
     assert_eq!(
         failed(&remove, 6, "conflict")["details"]["code"],
         "builtin_provider_immutable"
     );
-    let url = allowed(
+    let url = deepchat(
         &host,
-        &mut server,
-        "providers.updatePublic",
         &[
             "provider",
             "update",
@@ -1158,7 +1311,6 @@ async fn bad_inputs_are_refused_with_typed_errors_at_each_limit() {
             "https://api.example.com",
             "--json",
         ],
-        b"",
     )
     .await;
     failed(&url, 6, "conflict");
@@ -1186,6 +1338,32 @@ async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_ru
     let out = host.run(&["check", "--agent", "llm"]).await;
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stderr.contains("provider_not_found"), "{out:?}");
+    // `agents list` does not call it usable, and a detached run through the control plane is the same
+    // configuration error (exit 3, the registry's code in details.code), never internal_error.
+    let list = host.run(&["agents", "list", "--json"]).await;
+    assert_eq!(list.code, 0, "{list:?}");
+    let entries = list.json();
+    let llm = entries
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == "llm"))
+        .cloned()
+        .expect("llm listed");
+    assert_eq!(llm["usable"], false, "{llm}");
+    assert_eq!(llm["error"]["code"], "provider_not_found", "{llm}");
+    let text = host.run(&["agents", "list"]).await;
+    assert!(
+        text.stdout.contains("unusable: cannot use its provider"),
+        "{text:?}"
+    );
+    let server = serve(&host, false, &[]).await;
+    let run = deepchat(
+        &host,
+        &["agent", "run", "--agent", "llm", "--prompt", "hi", "--json"],
+    )
+    .await;
+    let error = failed(&run, 3, "unavailable");
+    assert_eq!(error["details"]["code"], "provider_not_found", "{error}");
+    assert_eq!(server.stop().await.code, 0);
     let mut registry = ProviderRegistry::open(&host.data).expect("registry");
     let local = registry
         .add(NewProvider {
@@ -1246,4 +1424,63 @@ async fn an_agent_whose_provider_cannot_be_used_does_not_start_and_records_no_ru
             .contains("provider and env.OPENAI_API_KEY conflict"),
         "{out:?}"
     );
+}
+
+/// One provider-reference rule for every method (id or name), and a model list filtered by an unknown provider
+/// is not_found rather than an empty list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_takes_a_provider_by_id_or_name() {
+    use agentwire_host::providers::{NewProvider, ProviderRegistry};
+    let host = Host::new();
+    host.agents_toml("");
+    let mut registry = ProviderRegistry::open(&host.data).expect("registry");
+    let local = registry
+        .add(NewProvider {
+            name: "local-llm".to_owned(),
+            api_type: agentwire_local_control::contract::providers::ApiType::Openai,
+            base_url: "http://127.0.0.1:9/v1".to_owned(),
+            enabled: true,
+        })
+        .expect("add");
+    registry
+        .set_model_status(&local.id, "m1", true)
+        .expect("model");
+    drop(registry);
+    let server = serve(&host, false, &[]).await;
+    for reference in [local.id.as_str(), "local-llm"] {
+        let list = deepchat(&host, &["model", "list", "--provider", reference, "--json"]).await;
+        let models = ok(&list)["models"].clone();
+        assert_eq!(models.as_array().map(Vec::len), Some(1), "{list:?}");
+        assert_eq!(models[0]["providerId"], local.id.as_str());
+        let config = deepchat(
+            &host,
+            &[
+                "model",
+                "config-get",
+                "--provider",
+                reference,
+                "--model",
+                "m1",
+                "--json",
+            ],
+        )
+        .await;
+        assert_eq!(ok(&config)["config"]["type"], "chat", "{config:?}");
+        let test = deepchat(
+            &host,
+            &["provider", "test", "--provider", reference, "--json"],
+        )
+        .await;
+        assert_eq!(test.code, 0, "{test:?}");
+    }
+    let unknown = deepchat(
+        &host,
+        &["model", "list", "--provider", "nonexistent", "--json"],
+    )
+    .await;
+    failed(&unknown, 6, "not_found");
+    let text = deepchat(&host, &["model", "list", "--provider", "nonexistent"]).await;
+    assert_eq!(text.code, 6, "{text:?}");
+    assert!(text.stderr.starts_with("not_found"), "{text:?}");
+    assert_eq!(server.stop().await.code, 0);
 }

@@ -613,7 +613,7 @@ pub fn parse(argv: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
         ));
     }
     let cli = match Cli::try_parse_from(
-        std::iter::once("deepchat".to_owned()).chain(argv.iter().cloned()),
+        std::iter::once("deepchat".to_owned()).chain(join_hyphen_values(argv)),
     ) {
         Ok(cli) => cli,
         Err(error) if error.kind() == clap::error::ErrorKind::DisplayHelp => {
@@ -640,6 +640,47 @@ pub fn parse(argv: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Pa
         }
     };
     build(cli, env).map_err(usage)
+}
+
+/// DeepChat's option-value rule (`src/cli/args.ts` `readOptionValue`): the word after an option that takes a value
+/// is its value unless it starts with `--`, so ids starting with a single `-` (base64url ids: 1 in 64) pass as
+/// `--id -abc`. clap would read `-abc` as short flags; this joins such pairs into `--id=-abc` for every option of the
+/// chosen verb that takes a value, and leaves everything else (flags, `--` values, words after `--`) as it is.
+fn join_hyphen_values(argv: &[String]) -> Vec<String> {
+    use clap::CommandFactory as _;
+    let root = Cli::command();
+    let mut current = &root;
+    let mut joined = Vec::with_capacity(argv.len());
+    let mut index = 0;
+    while let Some(token) = argv.get(index) {
+        index += 1;
+        if token == "--" {
+            joined.extend(argv[index - 1..].iter().cloned());
+            break;
+        }
+        if let Some(name) = token.strip_prefix("--") {
+            let takes_value = !name.contains('=')
+                && current
+                    .get_arguments()
+                    .any(|arg| arg.get_long() == Some(name) && arg.get_action().takes_values());
+            if let Some(next) = argv.get(index)
+                && takes_value
+                && next.len() > 1
+                && next.starts_with('-')
+                && !next.starts_with("--")
+            {
+                joined.push(format!("{token}={next}"));
+                index += 1;
+                continue;
+            }
+        } else if !token.starts_with('-')
+            && let Some(sub) = current.find_subcommand(token)
+        {
+            current = sub;
+        }
+        joined.push(token.clone());
+    }
+    joined
 }
 
 fn build(cli: Cli, env: &dyn Fn(&str) -> Option<String>) -> Result<Parsed, String> {

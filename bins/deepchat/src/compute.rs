@@ -559,9 +559,7 @@ pub(crate) async fn stream(
                     Some(text) => stdout
                         .write_all(text.as_bytes())
                         .and_then(|()| stdout.flush())
-                        .map_err(|e| {
-                            Failure::new(ErrorCode::InternalError, format!("cannot write: {e}"))
-                        }),
+                        .map_err(|e| crate::output_failure(&e)),
                     None => Ok(()),
                 }
             });

@@ -140,9 +140,11 @@ pub async fn run(
     let request_id = new_request_id();
     let (invocation, mode, timeout) = match command::parse(argv, env) {
         Ok(Parsed::Help(text)) => {
-            return match writeln!(out.stdout, "{}", text.trim_end()) {
+            return match writeln!(out.stdout, "{}", text.trim_end())
+                .and_then(|()| out.stdout.flush())
+            {
                 Ok(()) => 0,
-                Err(_) => ErrorCode::InternalError.exit_code(),
+                Err(e) => write_failed(&e, out.stderr),
             };
         }
         Ok(Parsed::Call {
@@ -189,11 +191,42 @@ pub async fn run(
             };
             match written.and_then(|()| out.stdout.flush()) {
                 Ok(()) => 0,
-                Err(_) => ErrorCode::InternalError.exit_code(),
+                Err(e) => write_failed(&e, out.stderr),
             }
         }
         Err(failure) => report_failure(mode, &request_id, &failure, out, false),
     }
+}
+
+/// Exit status when the reader of standard output went away (`EPIPE`): 128 + SIGPIPE, what a shell reports for
+/// a program the signal ended, with nothing printed (as `cat`, `head`'s writers and other CLIs end).
+pub const EXIT_OUTPUT_CLOSED: u8 = 141;
+
+/// Message of the internal [`Failure`] standing for a closed standard output (never printed).
+const OUTPUT_CLOSED: &str = "standard output was closed";
+
+/// The failure for an output write error: a closed pipe ends quietly ([`EXIT_OUTPUT_CLOSED`]); any other error
+/// (e.g. `ENOSPC`) is `internal_error` with one line on stderr.
+pub(crate) fn output_failure(e: &std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::new(ErrorCode::InternalError, OUTPUT_CLOSED)
+    } else {
+        Failure::new(
+            ErrorCode::InternalError,
+            format!("cannot write the output: {e}"),
+        )
+    }
+}
+
+/// The exit status after a final write failed: quiet [`EXIT_OUTPUT_CLOSED`] for a closed pipe, else one line on
+/// stderr and `internal_error`'s exit.
+fn write_failed(e: &std::io::Error, stderr: &mut (dyn Write + Send)) -> u8 {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return EXIT_OUTPUT_CLOSED;
+    }
+    let _ = writeln!(stderr, "internal_error: cannot write the output: {e}");
+    let _ = stderr.flush();
+    ErrorCode::InternalError.exit_code()
 }
 
 fn write_envelope(
@@ -211,6 +244,9 @@ fn report_failure(
     out: Output<'_>,
     usage: bool,
 ) -> u8 {
+    if failure.code == ErrorCode::InternalError && failure.message == OUTPUT_CLOSED {
+        return EXIT_OUTPUT_CLOSED;
+    }
     let written = match mode {
         OutputMode::Text => {
             let mut text = render::sanitize(&format!("{}: {}\n", failure.code, failure.message));
@@ -228,7 +264,7 @@ fn report_failure(
     };
     match written {
         Ok(()) => failure.exit_code(),
-        Err(_) => ErrorCode::InternalError.exit_code(),
+        Err(e) => write_failed(&e, out.stderr),
     }
 }
 
@@ -495,9 +531,7 @@ async fn stream(
             let written = match line {
                 Ok(Some(line)) => writeln!(stdout, "{line}")
                     .and_then(|()| stdout.flush())
-                    .map_err(|e| {
-                        Failure::new(ErrorCode::InternalError, format!("cannot write: {e}"))
-                    }),
+                    .map_err(|e| output_failure(&e)),
                 Ok(None) => Ok(()),
                 Err(failure) => Err(failure),
             };

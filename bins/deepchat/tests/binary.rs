@@ -94,3 +94,115 @@ async fn sigterm_cancels_the_request_and_exits_7() {
     assert_eq!(envelope["error"]["code"], "cancelled");
     host.stop().await;
 }
+
+/// DeepChat's `readOptionValue` only refuses values starting with `--`: an id starting with a single `-` (base64url
+/// ids do, 1 in 64) is the option's value and reaches the host, for every option taking a value.
+#[tokio::test]
+async fn option_values_may_start_with_a_single_hyphen() {
+    let host = support::Host::start(support::Script {
+        results: [
+            (
+                "artifacts.describe".to_owned(),
+                Err(agentwire_local_control::envelope::ErrorBody::new(
+                    agentwire_local_control::envelope::ErrorCode::NotFound,
+                    "no such artifact",
+                )),
+            ),
+            (
+                "runs.get".to_owned(),
+                Err(agentwire_local_control::envelope::ErrorBody::new(
+                    agentwire_local_control::envelope::ErrorCode::NotFound,
+                    "no such run",
+                )),
+            ),
+        ]
+        .into(),
+        ..Default::default()
+    })
+    .await;
+    let data = host.data.display().to_string();
+    let env = [("DEEPCHAT_E2E_USER_DATA_DIR", data.as_str())];
+
+    let id = "-ZK6E27abcdefghijklmnopqrstuvwxyz012345678";
+    let (code, stdout) = run_binary(&["artifact", "describe", "--id", id, "--json"], &env).await;
+    assert_eq!(code, 6, "{stdout}");
+    let envelope: Value = serde_json::from_str(stdout.trim()).expect("one envelope");
+    assert_eq!(envelope["error"]["code"], "not_found");
+    let (code, stdout) = run_binary(&["run", "get", "--run", "-r1", "--json"], &env).await;
+    assert_eq!(code, 6, "{stdout}");
+    let calls = host.calls();
+    assert_eq!(calls[0].1["id"], id);
+    assert_eq!(calls[1].1["runId"], "-r1");
+
+    // A value starting with `--` is still a missing value, as in DeepChat.
+    let (code, stdout) = run_binary(&["artifact", "describe", "--id", "--json"], &env).await;
+    assert_eq!(code, 2, "{stdout}");
+    assert_eq!(host.calls().len(), 2);
+    host.stop().await;
+}
+
+/// Runs the real binary with its stdout on `stdout`; returns the exit code and stderr. Test tooling like
+/// testkit's `proc.rs`: `agentwire_process::Command` always pipes stdout, and these tests need it to be a pipe
+/// whose reader is gone or `/dev/full`, so std's spawner is used here (no shell, fixed argv).
+#[allow(clippy::disallowed_methods)]
+async fn run_binary_to(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdout: std::process::Stdio,
+) -> (i32, String) {
+    let mut cmd = std::process::Command::new(agentwire_testkit::bin_path("deepchat"));
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("join")
+        .expect("run deepchat");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+/// A closed stdout ends quietly with 141 (128 + SIGPIPE); a full disk is one line on stderr and exit 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_write_errors_are_quiet_for_a_closed_pipe_and_one_line_otherwise() {
+    let host = support::Host::start(support::Script {
+        results: [(
+            "cli.version".to_owned(),
+            support::ok(support::version_result()),
+        )]
+        .into(),
+        ..Default::default()
+    })
+    .await;
+    let data = host.data.display().to_string();
+    let env = [("DEEPCHAT_E2E_USER_DATA_DIR", data.as_str())];
+    for args in [
+        &["system", "version", "--json"][..],
+        &["system", "version"][..],
+        &["system", "version", "--help"][..],
+    ] {
+        // The read end is closed before the child starts: its first write meets EPIPE.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let (code, stderr) = run_binary_to(args, &env, writer.into()).await;
+        assert_eq!(code, 141, "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let (code, stderr) = run_binary_to(args, &env, full.into()).await;
+        assert_eq!(code, 8, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("internal_error: cannot write the output"),
+            "{args:?}: {stderr}"
+        );
+    }
+    host.stop().await;
+}

@@ -541,7 +541,10 @@ impl ProviderRegistry {
     }
 
     /// The provider with id `reference`, else the one whose name is `reference`.
-    fn find(&self, reference: &str) -> Result<ProviderRecord, ProviderError> {
+    ///
+    /// # Errors
+    /// [`ProviderError::ProviderNotFound`], [`ProviderError::Store`].
+    pub fn find(&self, reference: &str) -> Result<ProviderRecord, ProviderError> {
         if let Some(provider) = self.provider(reference)? {
             return Ok(provider);
         }
@@ -556,9 +559,10 @@ impl ProviderRegistry {
             .ok_or_else(|| ProviderError::ProviderNotFound(reference.to_owned()))
     }
 
-    fn require(&self, id: &str) -> Result<ProviderRecord, ProviderError> {
-        self.provider(id)?
-            .ok_or_else(|| ProviderError::ProviderNotFound(id.to_owned()))
+    /// The provider `reference` names: its id, else its (unique) name. Every method taking a provider takes
+    /// either, so one reference works for every command (ids win over names).
+    fn require(&self, reference: &str) -> Result<ProviderRecord, ProviderError> {
+        self.find(reference)
     }
 
     /// Every provider (the built-in one first, then by creation), or only enabled ones.
@@ -601,8 +605,8 @@ impl ProviderRegistry {
     ///
     /// # Errors
     /// [`ProviderError::ProviderNotFound`], [`ProviderError::Store`], [`ProviderError::CorruptConfig`].
-    pub fn models(&self, provider_id: &str) -> Result<Vec<ModelRecord>, ProviderError> {
-        self.require(provider_id)?;
+    pub fn models(&self, provider: &str) -> Result<Vec<ModelRecord>, ProviderError> {
+        let provider_id = self.require(provider)?.id;
         let mut stmt = self
             .conn
             .prepare(&format!(
@@ -611,7 +615,7 @@ impl ProviderRegistry {
             ))
             .map_err(db("listing models"))?;
         let rows: Vec<ModelRow> = stmt
-            .query_map(params![provider_id], model_row)
+            .query_map(params![&provider_id], model_row)
             .map_err(db("listing models"))?
             .collect::<Result<_, _>>()
             .map_err(db("listing models"))?;
@@ -622,11 +626,11 @@ impl ProviderRegistry {
     ///
     /// # Errors
     /// [`ProviderError::ProviderNotFound`], [`ProviderError::ModelNotFound`], store errors.
-    pub fn model(&self, provider_id: &str, model_id: &str) -> Result<ModelRecord, ProviderError> {
-        self.require(provider_id)?;
-        self.model_row(provider_id, model_id)?
+    pub fn model(&self, provider: &str, model_id: &str) -> Result<ModelRecord, ProviderError> {
+        let provider_id = self.require(provider)?.id;
+        self.model_row(&provider_id, model_id)?
             .ok_or_else(|| ProviderError::ModelNotFound {
-                provider: provider_id.to_owned(),
+                provider: provider_id,
                 model: model_id.to_owned(),
             })
     }
@@ -710,7 +714,11 @@ impl ProviderRegistry {
         Ok((provider, key))
     }
 
-    fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), ProviderError> {
+    /// [`ProviderError::NameTaken`] when another provider than `except` (an id) has `name` as its name or id.
+    ///
+    /// # Errors
+    /// [`ProviderError::NameTaken`], [`ProviderError::Store`].
+    pub fn check_name_free(&self, name: &str, except: Option<&str>) -> Result<(), ProviderError> {
         let taken: Option<String> = self
             .conn
             .query_row(
@@ -783,6 +791,7 @@ impl ProviderRegistry {
         change: ProviderChange,
     ) -> Result<(ProviderRecord, bool), ProviderError> {
         let current = self.require(id)?;
+        let id = current.id.as_str();
         if current.is_builtin() {
             if change.api_type.is_some() {
                 return Err(ProviderError::BuiltinImmutable("given another api type"));
@@ -831,7 +840,13 @@ impl ProviderRegistry {
     ///
     /// # Errors
     /// [`ProviderError::BuiltinImmutable`] for the built-in provider; store and credential errors.
-    pub fn remove(&mut self, id: &str) -> Result<bool, ProviderError> {
+    pub fn remove(&mut self, reference: &str) -> Result<bool, ProviderError> {
+        let id = match self.require(reference) {
+            Ok(provider) => provider.id,
+            Err(ProviderError::ProviderNotFound(_)) => reference.to_owned(),
+            Err(e) => return Err(e),
+        };
+        let id = id.as_str();
         if id == BUILTIN_PROVIDER_ID {
             return Err(ProviderError::BuiltinImmutable("removed"));
         }
@@ -854,7 +869,7 @@ impl ProviderRegistry {
         if provider.is_builtin() {
             return Err(ProviderError::BuiltinImmutable("given a credential"));
         }
-        self.credentials.set(id, key)?;
+        self.credentials.set(&provider.id, key)?;
         Ok(())
     }
 
@@ -863,8 +878,8 @@ impl ProviderRegistry {
     /// # Errors
     /// [`ProviderError::ProviderNotFound`], credential errors.
     pub fn clear_api_key(&mut self, id: &str) -> Result<bool, ProviderError> {
-        self.require(id)?;
-        Ok(self.credentials.clear(id)?)
+        let id = self.require(id)?.id;
+        Ok(self.credentials.clear(&id)?)
     }
 
     /// Enables or disables a model. For a custom provider an unknown model id is added (a custom chat model with
@@ -880,6 +895,7 @@ impl ProviderRegistry {
         enabled: bool,
     ) -> Result<ModelRecord, ProviderError> {
         let provider = self.require(provider_id)?;
+        let provider_id = provider.id.as_str();
         if self.model_row(provider_id, model_id)?.is_none() {
             if provider.is_builtin() {
                 return Err(ProviderError::ModelNotFound {
@@ -951,7 +967,8 @@ impl ProviderRegistry {
         model_id: &str,
         config: PublicModelConfigInput,
     ) -> Result<PublicModelConfig, ProviderError> {
-        self.model(provider_id, model_id)?;
+        let provider_id = self.model(provider_id, model_id)?.provider_id;
+        let provider_id = provider_id.as_str();
         let text = config_text(&config.into_public(true))?;
         self.conn
             .execute(
@@ -971,7 +988,7 @@ impl ProviderRegistry {
         provider_id: &str,
         model_id: &str,
     ) -> Result<bool, ProviderError> {
-        self.model(provider_id, model_id)?;
+        let provider_id = self.model(provider_id, model_id)?.provider_id;
         let changed = self
             .conn
             .execute(
@@ -1095,6 +1112,54 @@ mod tests {
         assert!(registry.remove(&p.id).unwrap());
         assert!(!registry.remove(&p.id).unwrap());
         assert!(!registry.has_api_key(&p.id).unwrap());
+    }
+
+    /// One rule for every method taking a provider: its id or its name, and the record's id in what comes back.
+    #[test]
+    fn every_method_takes_a_provider_by_id_or_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut registry = open(tmp.path());
+        let p = registry.add(local("local-llm")).unwrap();
+        let by_name = registry
+            .set_model_status("local-llm", "llama", true)
+            .unwrap();
+        assert_eq!(by_name.provider_id, p.id);
+        assert_eq!(registry.models("local-llm").unwrap().len(), 1);
+        assert_eq!(
+            registry.model("local-llm", "llama").unwrap().provider_id,
+            p.id
+        );
+        assert_eq!(registry.endpoint("local-llm").unwrap().0.id, p.id);
+        registry
+            .set_api_key("local-llm", &ApiKey::new("sk-NAMED").unwrap())
+            .unwrap();
+        assert!(registry.has_api_key(&p.id).unwrap());
+        assert!(registry.clear_api_key("local-llm").unwrap());
+        let input: PublicModelConfigInput = serde_json::from_value(serde_json::json!({
+            "maxTokens": 77, "contextLength": 200, "vision": false, "functionCall": false,
+            "reasoning": false, "type": "chat"
+        }))
+        .unwrap();
+        registry
+            .set_model_config("local-llm", "llama", input)
+            .unwrap();
+        assert!(registry.reset_model_config("local-llm", "llama").unwrap());
+        let (renamed, _) = registry
+            .update(
+                "local-llm",
+                ProviderChange {
+                    name: Some("renamed".to_owned()),
+                    ..ProviderChange::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(renamed.id, p.id);
+        assert_eq!(
+            registry.models("local-llm").unwrap_err().code(),
+            "provider_not_found"
+        );
+        assert!(registry.remove("renamed").unwrap());
+        assert!(registry.provider(&p.id).unwrap().is_none());
     }
 
     #[test]

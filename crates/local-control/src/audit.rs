@@ -52,7 +52,9 @@ pub fn arguments_hash(method: &str, projected: &Value) -> Result<String, Canonic
 pub enum Outcome {
     /// Allowed without approval.
     Allowed,
-    /// Refused by surface or policy.
+    /// Refused by the host before any approval was asked for: by surface or policy, or because the request could
+    /// not succeed (invalid params, a name taken, an unknown provider, …). Never a person's decision: that is
+    /// [`Outcome::ApprovalDenied`] (DeepChat's `CliPolicyAuditOutcome` has no other value for such refusals).
     Denied,
     /// Allowed after renderer approval.
     Approved,

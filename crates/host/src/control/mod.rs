@@ -673,6 +673,13 @@ impl ControlPlane {
                         return Err(e);
                     }
                 };
+                // A mutation certain to fail on the stored state (a name taken, the built-in provider changed,
+                // an unknown provider or model) fails before anyone is asked to approve it.
+                if let Err(e) = providers::precheck(self, spec.method, params).await {
+                    self.audit(&caller, spec, params, Outcome::Denied, request_id);
+                    release(token);
+                    return Err(e);
+                }
                 let display = serde_json::json!({
                     "operation": spec.method,
                     "effect": policy::resolve_effect(spec, params).as_str(),

@@ -448,9 +448,14 @@ pub(super) async fn dispatch(
 fn list_public(plane: &ControlPlane, p: &wire::ListPublicParams) -> Result<Value, ErrorBody> {
     let enabled_only = p.enabled_only.unwrap_or(false);
     let listed = with_registry(plane, |registry| {
+        // The provider filter names a provider like every other method (id or name); an unknown one is not_found.
+        let only = match p.provider_id.as_deref() {
+            Some(reference) => Some(registry.find(reference)?.id),
+            None => None,
+        };
         let mut listed = Vec::new();
         for provider in registry.list(false)? {
-            if p.provider_id.as_deref().is_some_and(|id| id != provider.id) {
+            if only.as_deref().is_some_and(|id| id != provider.id) {
                 continue;
             }
             let models = registry.models(&provider.id)?;

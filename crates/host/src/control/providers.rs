@@ -194,6 +194,86 @@ pub(super) fn review(method: &str, p: &Value) -> Option<Result<Value, ErrorBody>
     Some(display)
 }
 
+/// The registry's view of a provider/model mutation, checked after [`review`] and before an approval is asked
+/// for: a mutation certain to fail on the stored state (a name taken, the built-in provider given a URL, adapter
+/// or key, or removed, an unknown provider, an unknown model where none is added) fails here with the error its
+/// dispatch would give, so nobody is asked to approve it. Read-only; the dispatch checks again (the state may
+/// change while the approval waits). `Ok` for methods of other modules.
+pub(super) async fn precheck(
+    plane: &ControlPlane,
+    method: &str,
+    p: &Value,
+) -> Result<(), ErrorBody> {
+    type Check = Box<dyn FnOnce(&ProviderRegistry) -> Result<(), ProviderError> + Send>;
+    let p = p.clone();
+    let check: Check = match method {
+        wire::AddPublic::NAME => {
+            let a = params::<wire::AddPublic>(p)?;
+            Box::new(move |r| r.check_name_free(&a.name, None))
+        }
+        wire::UpdatePublic::NAME => {
+            let u = params::<wire::UpdatePublic>(p)?;
+            Box::new(move |r| {
+                let current = r.find(&u.provider_id)?;
+                if current.is_builtin() {
+                    if u.updates.api_type.is_some() {
+                        return Err(ProviderError::BuiltinImmutable("given another api type"));
+                    }
+                    if u.updates.base_url.is_some() {
+                        return Err(ProviderError::BuiltinImmutable("given a base url"));
+                    }
+                }
+                match &u.updates.name {
+                    Some(name) => r.check_name_free(name, Some(&current.id)),
+                    None => Ok(()),
+                }
+            })
+        }
+        wire::SetCredential::NAME => {
+            let c = params::<wire::SetCredential>(p)?;
+            Box::new(move |r| {
+                let provider = r.find(&c.provider_id)?;
+                if provider.is_builtin() && c.value.is_some() {
+                    return Err(ProviderError::BuiltinImmutable("given a credential"));
+                }
+                Ok(())
+            })
+        }
+        wire::Remove::NAME => {
+            let d = params::<wire::Remove>(p)?;
+            Box::new(move |r| match r.find(&d.provider_id) {
+                Ok(provider) if provider.is_builtin() => {
+                    Err(ProviderError::BuiltinImmutable("removed"))
+                }
+                // An unknown provider is `{"removed":false}`, not an error.
+                Ok(_) | Err(ProviderError::ProviderNotFound(_)) => Ok(()),
+                Err(e) => Err(e),
+            })
+        }
+        wire_models::SetStatus::NAME => {
+            let s = params::<wire_models::SetStatus>(p)?;
+            Box::new(move |r| {
+                let provider = r.find(&s.provider_id)?;
+                // A custom provider adds an unknown model; the built-in provider's list is fixed.
+                if provider.is_builtin() {
+                    r.model(&provider.id, &s.model_id)?;
+                }
+                Ok(())
+            })
+        }
+        wire_models::SetPublicConfig::NAME => {
+            let c = params::<wire_models::SetPublicConfig>(p)?;
+            Box::new(move |r| r.model(&c.provider_id, &c.model_id).map(drop))
+        }
+        wire_models::ResetConfig::NAME => {
+            let c = params::<wire_models::ResetConfig>(p)?;
+            Box::new(move |r| r.model(&c.provider_id, &c.model_id).map(drop))
+        }
+        _ => return Ok(()),
+    };
+    with_registry(plane, "check provider", move |registry| check(registry)).await
+}
+
 /// Serves one of [`METHODS`].
 pub(super) async fn dispatch(
     plane: &ControlPlane,
@@ -276,8 +356,7 @@ pub(super) async fn dispatch(
         }
         wire::SetCredential::NAME => {
             let params = params::<wire::SetCredential>(p)?;
-            let (provider_id, action, kind) =
-                (params.provider_id.clone(), params.action, params.kind);
+            let (action, kind) = (params.action, params.kind);
             // The provider runtime's key rules (at most 4096 bytes, no whitespace or control characters) on top of
             // DeepChat's contract (64 KiB); the error names the rule, never the value.
             let key = match (params.action, &params.value) {
@@ -289,16 +368,18 @@ pub(super) async fn dispatch(
                 })?),
                 _ => None,
             };
-            let configured = with_registry(plane, "update provider credential", move |registry| {
-                match &key {
-                    Some(key) => registry.set_api_key(&params.provider_id, key)?,
-                    None => {
-                        registry.clear_api_key(&params.provider_id)?;
+            let (provider_id, configured) =
+                with_registry(plane, "update provider credential", move |registry| {
+                    let provider_id = registry.find(&params.provider_id)?.id;
+                    match &key {
+                        Some(key) => registry.set_api_key(&provider_id, key)?,
+                        None => {
+                            registry.clear_api_key(&provider_id)?;
+                        }
                     }
-                }
-                registry.has_api_key(&params.provider_id)
-            })
-            .await?;
+                    Ok((provider_id.clone(), registry.has_api_key(&provider_id)?))
+                })
+                .await?;
             result::<wire::SetCredential>(&SetCredentialResult {
                 provider_id,
                 action,
@@ -426,16 +507,25 @@ pub const PROVIDER_TEST_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// `providers.testPublicConnection`: `not_found` for an unknown provider; otherwise `{"isOk":…}` with a fixed
 /// message on failure (upstream status, headers and bodies never cross). The built-in provider answers when it is
 /// enabled; a custom provider when `GET <base>/models` succeeds within [`PROVIDER_TEST_TIMEOUT`] (DeepChat's
-/// `check` likewise asks the provider's model list).
+/// `check` likewise asks the provider's model list). With `modelId`, that model must exist: in the built-in
+/// provider's fixed list, or in the list a custom provider answers with (`not_found`, `details.code`
+/// `model_not_found`, otherwise; not checked when the provider does not answer, which is `isOk: false` anyway).
 async fn test_connection(
     plane: &ControlPlane,
     params: wire::TestParams,
 ) -> Result<Value, ErrorBody> {
     let provider_id = params.provider_id.clone();
+    let builtin_model = params.model_id.clone();
     let (provider, key) = with_registry(plane, "test provider", move |registry| {
-        registry.endpoint(&provider_id)
+        let endpoint = registry.endpoint(&provider_id)?;
+        // The built-in provider's models are its fixed list; an unknown one is not_found.
+        if let (true, Some(model)) = (endpoint.0.is_builtin(), &builtin_model) {
+            registry.model(&endpoint.0.id, model)?;
+        }
+        Ok(endpoint)
     })
     .await?;
+    let mut missing_model = false;
     let ok = provider.enabled
         && match provider.base_url.clone() {
             None => provider.is_builtin(),
@@ -448,17 +538,38 @@ async fn test_connection(
                 let config = agentwire_provider::OpenAiConfig {
                     base_url,
                     api_key: key,
-                    default_model: params.model_id,
+                    default_model: params.model_id.clone(),
                     limits,
                 };
                 match agentwire_provider::OpenAiProvider::new(config) {
-                    Ok(client) => tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
-                        .await
-                        .is_ok_and(|answer| answer.is_ok()),
+                    Ok(client) => {
+                        match tokio::time::timeout(PROVIDER_TEST_TIMEOUT, client.list_models())
+                            .await
+                        {
+                            Ok(Ok(models)) => {
+                                // A model to try must be one the provider lists.
+                                missing_model = params
+                                    .model_id
+                                    .as_ref()
+                                    .is_some_and(|wanted| !models.iter().any(|m| &m.id == wanted));
+                                true
+                            }
+                            _ => false,
+                        }
+                    }
                     Err(_) => false,
                 }
             }
         };
+    if missing_model {
+        let mut details = serde_json::Map::new();
+        details.insert("code".into(), Value::String("model_not_found".to_owned()));
+        return Err(error(
+            ErrorCode::NotFound,
+            "Model was not found in the provider's model list",
+        )
+        .with_details(details));
+    }
     result::<wire::TestPublicConnection>(&wire::TestResult {
         is_ok: ok,
         error_msg: (!ok).then(|| "Provider connection failed".to_owned()),

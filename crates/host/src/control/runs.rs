@@ -507,6 +507,18 @@ pub(super) async fn run_detached(
         title: params.title.clone(),
     };
     let started = plane.runs().start(request).await.map_err(|e| {
+        // The agent's host provider cannot be used (unknown, disabled, no enabled model, remote without opt-in):
+        // a configuration problem of this host, as `awp-host chat` reports it (exit 3), with the registry's
+        // stable code in `details.code`; never internal_error.
+        if let crate::detached::StartError::Setup(crate::turn::TurnSetupError::Provider {
+            source,
+            ..
+        }) = &e
+        {
+            let mut details = serde_json::Map::new();
+            details.insert("code".into(), Value::String(source.code().to_owned()));
+            return error(ErrorCode::Unavailable, e.to_string()).with_details(details);
+        }
         let code = match e.code() {
             "agent_not_found" | "invalid_project_dir" | "empty_prompt" => ErrorCode::InvalidRequest,
             "thread_busy" => ErrorCode::Conflict,
