@@ -1007,6 +1007,21 @@ async fn media_methods_refuse_a_model_configured_as_another_kind_and_capabilitie
         )
         .await
         .expect("capabilities");
+    // Named by its name instead of its id: the answer names the id, as every other method's does.
+    let by_name = host
+        .human
+        .rpc(
+            &RequestEnvelope::new(
+                "c",
+                "models.getCapabilities",
+                json!({"providerId": "local-llm", "modelId": "test-chat"}),
+            ),
+            WAIT,
+        )
+        .await
+        .expect("capabilities by provider name");
+    assert_eq!(by_name["providerId"], json!(provider), "{by_name}");
+    assert_eq!(by_name["capabilities"], caps["capabilities"]);
     let caps = &caps["capabilities"];
     assert_eq!(caps["reasoning"], false, "{caps}");
     assert_eq!(caps["functionCall"], true, "{caps}");

@@ -498,7 +498,8 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
     let model = with_registry(plane, |registry| {
         registry.model(&p.provider_id, &p.model_id)
     })?;
-    let kind = match p.provider_id == BUILTIN_PROVIDER_ID {
+    // The provider may be named by id or name; the answer carries the id, as every other method's does.
+    let kind = match model.provider_id == BUILTIN_PROVIDER_ID {
         true => builtin_kind(&p.model_id),
         false => None,
     }
@@ -512,8 +513,8 @@ fn capabilities(plane: &ControlPlane, p: &wire::ModelRef) -> Result<Value, Error
         ModelKind::Embedding | ModelKind::Rerank => &[],
     };
     result::<GetCapabilities>(&CapabilitiesResult {
-        provider_id: p.provider_id.clone(),
-        model_id: p.model_id.clone(),
+        provider_id: model.provider_id.clone(),
+        model_id: model.model_id.clone(),
         capabilities: Capabilities {
             kind: Some(kind),
             streaming: kind == ModelKind::Chat,
