@@ -617,3 +617,31 @@ async fn a_silent_agent_fails_at_its_first_output_timeout_naming_the_likely_caus
         "{list}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_printed_a_login_prompt_at_start_still_meets_the_first_output_timeout() {
+    let host = Host::new();
+    host.agents_toml(
+        "[[agents]]\nname = \"login\"\nprotocol = \"stream-json\"\nexecutable = \"$FIXTURE\"\n\
+         args = [\"--mode\", \"login-wait\"]\nfirst_output_timeout_secs = 1\n",
+    );
+    // The prompt reaches the host before or after the turn is written (the agent prints it at start); either
+    // way the turn fails at the timeout and quotes it. Several runs cover both orders.
+    for _ in 0..4 {
+        let out = host
+            .run(&["chat", "--agent", "login", "--json", "hi"])
+            .await;
+        assert_eq!(out.code, 7, "{out:?}");
+        let record = out.json();
+        assert_eq!(
+            record["error"]["code"], "agent_first_output_timeout",
+            "{record}"
+        );
+        assert!(
+            record["error"]["reason"]
+                .as_str()
+                .is_some_and(|why| why.contains("Please log in")),
+            "{record}"
+        );
+    }
+}

@@ -1262,7 +1262,16 @@ async fn run_turn_inner(
                     }
                 }
             };
-            first_output = None;
+            // The notice that lines came before the turn was written is no output of the turn: an agent that
+            // printed a login prompt at start and then waits must still meet the first-output timeout.
+            let before_input = matches!(
+                &item,
+                Some(SessionItem::Event(NormalizedEvent::Notice { kind, .. }))
+                    if kind == codes::OUTPUT_BEFORE_INPUT
+            );
+            if !before_input {
+                first_output = None;
+            }
             let event = match item {
                 Some(SessionItem::Event(event)) => event,
                 Some(SessionItem::Control(message)) => {
