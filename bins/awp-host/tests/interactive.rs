@@ -431,6 +431,9 @@ async fn ctrl_c_at_an_acp_permission_question_cancels_at_once_and_leaves_no_read
     tmux.wait_count("choose a number", 2).await;
     tmux.line("1").await;
     tmux.wait_count("selected allow", 1).await;
+    // Ctrl-D once the turn has ended and the prompt reads again (an EOF typed while a turn runs, with the
+    // terminal in cooked mode, is not type-ahead the prompt can see).
+    tmux.wait_count("[succeeded", 1).await;
     tmux.send(&["C-d"]).await;
     tmux.wait_count("EXITED=0", 1).await;
 }

@@ -8,7 +8,7 @@
 //!
 //! Endpoints (under `/v1`):
 //! - `POST /chat/completions`: SSE; one `reasoning_content` delta ([`CHAT_REASONING`]), the text in
-//!   [`CHAT_DELTAS`], a `finish_reason` of `stop` (or [`OpenAiTestServer::set_finish_reason`]'s), a usage chunk ([`CHAT_USAGE`]) and `[DONE]`;
+//!   [`CHAT_DELTAS`], a `finish_reason` of `stop` (or [`OpenAiTestServer::set_finish_reason`]'s, preceded by one `tool_calls` delta when it is `tool_calls`), a usage chunk ([`CHAT_USAGE`]) and `[DONE]`;
 //! - `GET /models`: [`MODEL_IDS`];
 //! - `POST /images/generations`: one [`PNG_1X1`] as `b64_json`, or as a `url` served by this server when the
 //!   request's prompt contains `as-url`;
@@ -351,6 +351,13 @@ fn chat_events(finish_reason: &str) -> Vec<Vec<u8>> {
             .iter()
             .map(|text| sse(&json!({"choices":[{"index":0,"delta":{"content":text}}]}))),
     );
+    if finish_reason == "tool_calls" {
+        // As a real upstream does: the call itself, then the finish.
+        events.push(sse(
+            &json!({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1",
+            "type":"function","function":{"name":"lookup","arguments":"{\"q\":\"x\"}"}}]}}]}),
+        ));
+    }
     events.push(sse(
         &json!({"choices":[{"index":0,"delta":{},"finish_reason":finish_reason}]}),
     ));

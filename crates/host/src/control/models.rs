@@ -716,12 +716,9 @@ async fn invoke(
                     .await?;
                 }
             }
-            StreamItem::ToolCall(_) => {
-                return Err(error(
-                    ErrorCode::Conflict,
-                    "raw model invocation returned an unsupported event",
-                ));
-            }
+            // No tools were offered, so a call the model asks for anyway is not part of a raw invocation's
+            // answer: it is dropped, and the finish says `tool_use`.
+            StreamItem::ToolCall(_) => {}
         }
     }
     let finish_reason = finish.unwrap_or(FinishReason::Complete);
