@@ -149,6 +149,17 @@ fn is_simple_mime(mime: &str) -> bool {
     mime.split_once('/').is_some_and(|(a, b)| ok(a) && ok(b))
 }
 
+/// A video id this client will put in a URL path, else [`ProviderError::InvalidInput`].
+fn check_job_id(id: &str) -> Result<(), ProviderError> {
+    if is_job_id(id) {
+        Ok(())
+    } else {
+        Err(ProviderError::InvalidInput {
+            reason: "bad video id",
+        })
+    }
+}
+
 fn is_job_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
@@ -570,11 +581,7 @@ impl OpenAiProvider {
     /// # Errors
     /// [`ProviderError::InvalidInput`] for an id outside `[A-Za-z0-9_-]{1,128}`, else a [`ProviderError`].
     pub async fn poll_video(&self, id: &str) -> Result<VideoJob, ProviderError> {
-        if !is_job_id(id) {
-            return Err(ProviderError::InvalidInput {
-                reason: "bad video id",
-            });
-        }
+        check_job_id(id)?;
         let deadline = self.deadline();
         let response = self
             .send(
@@ -594,11 +601,7 @@ impl OpenAiProvider {
     /// # Errors
     /// A [`ProviderError`]; the body is bounded by [`Limits::max_video_bytes`].
     pub async fn download_video(&self, id: &str) -> Result<GeneratedVideo, ProviderError> {
-        if !is_job_id(id) {
-            return Err(ProviderError::InvalidInput {
-                reason: "bad video id",
-            });
-        }
+        check_job_id(id)?;
         let deadline = self.deadline();
         let response = self
             .send(
